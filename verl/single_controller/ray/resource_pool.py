@@ -1,0 +1,156 @@
+"""Resource pools: a set of Ray placement-group bundles, one per worker process.
+
+``RayResourcePool(process_on_nodes=[n_per_node] * nnodes, use_gpu=...)`` reserves one
+bundle per process (``{"GPU": 1, "CPU": c}`` with GPUs, ``{"CPU": c}`` without), one
+placement group per node. ``ResourcePoolManager`` names pools and maps roles to them:
+roles mapped to the same pool are colocated; roles on different pools are split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+__all__ = ["RayResourcePool", "ResourcePoolError", "ResourcePoolManager"]
+
+
+class ResourcePoolError(RuntimeError):
+    """The cluster cannot provide what a pool asks for."""
+
+
+class RayResourcePool:
+    """Bundles for ``sum(process_on_nodes)`` worker processes.
+
+    Args:
+        process_on_nodes: worker processes per node (``[n_gpus_per_node] * nnodes``).
+        use_gpu: one GPU per bundle; without GPUs the same code reserves CPU bundles.
+        name_prefix: prefix of the placement groups' names (shown in the Ray dashboard).
+        max_colocate_count: how many separately created worker groups may share each bundle.
+        cpus_per_process: CPUs reserved per bundle (fractions allowed).
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int],
+        use_gpu: bool = True,
+        name_prefix: str = "verl",
+        max_colocate_count: int = 1,
+        cpus_per_process: float = 1.0,
+    ) -> None:
+        if not process_on_nodes or any(n <= 0 for n in process_on_nodes):
+            raise ValueError(f"process_on_nodes must list a positive count per node, got {process_on_nodes}")
+        self.process_on_nodes = list(process_on_nodes)
+        self.use_gpu = use_gpu
+        self.name_prefix = name_prefix
+        self.max_colocate_count = max_colocate_count
+        self.cpus_per_process = cpus_per_process
+        self._pgs: list[PlacementGroup] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.process_on_nodes)
+
+    def bundle(self) -> dict[str, float]:
+        bundle = {"CPU": self.cpus_per_process}
+        if self.use_gpu:
+            bundle["GPU"] = 1
+        return bundle
+
+    def placement_groups(self, timeout_s: float = 120.0) -> list[PlacementGroup]:
+        """Create (once) and wait for this pool's placement groups, one per node."""
+        if self._pgs is None:
+            self._check_cluster_can_fit()
+            strategy = "STRICT_PACK" if len(self.process_on_nodes) > 1 else "PACK"
+            self._pgs = [
+                placement_group(
+                    [self.bundle() for _ in range(n)], strategy=strategy, name=f"{self.name_prefix}_node{i}"
+                )
+                for i, n in enumerate(self.process_on_nodes)
+            ]
+            ready, _ = ray.wait(
+                [pg.ready() for pg in self._pgs], num_returns=len(self._pgs), timeout=timeout_s
+            )
+            if len(ready) != len(self._pgs):
+                self.release()
+                raise ResourcePoolError(
+                    f"resource pool {self.name_prefix!r}: placement groups for {self.process_on_nodes} x "
+                    f"{self.bundle()} not ready after {timeout_s:.0f}s; available now: "
+                    f"{ray.available_resources()}"
+                )
+        return self._pgs
+
+    def bundle_slots(self) -> list[tuple[PlacementGroup, int]]:
+        """``(placement_group, bundle_index)`` for each global rank, in rank order."""
+        return [(pg, i) for pg, n in zip(self.placement_groups(), self.process_on_nodes) for i in range(n)]
+
+    def release(self) -> None:
+        """Remove the placement groups (their bundles go back to the cluster)."""
+        for pg in self._pgs or []:
+            remove_placement_group(pg)
+        self._pgs = None
+
+    def _check_cluster_can_fit(self) -> None:
+        total = ray.cluster_resources()
+        need_cpu = self.cpus_per_process * self.world_size
+        if total.get("CPU", 0) < need_cpu:
+            raise ResourcePoolError(
+                f"resource pool {self.name_prefix!r} needs {need_cpu:g} CPUs "
+                f"({self.world_size} processes x {self.cpus_per_process:g}) but the Ray cluster has "
+                f"{total.get('CPU', 0):g}; lower trainer.n_gpus_per_node or the CPUs per process"
+            )
+        if self.use_gpu and total.get("GPU", 0) < self.world_size:
+            raise ResourcePoolError(
+                f"resource pool {self.name_prefix!r} needs {self.world_size} GPUs but the Ray cluster has "
+                f"{total.get('GPU', 0):g}; set trainer.device=cpu or fewer trainer.n_gpus_per_node"
+            )
+
+
+@dataclass
+class ResourcePoolManager:
+    """Named pools and which role runs on which pool.
+
+    ``resource_pool_spec``: pool name -> processes per node, e.g. ``{"global_pool": [2]}``.
+    ``mapping``: role name -> pool name, e.g. ``{"actor_rollout": "global_pool", "critic": "global_pool"}``.
+    """
+
+    resource_pool_spec: dict[str, list[int]]
+    mapping: dict[str, str]
+    use_gpu: bool = True
+    cpus_per_process: float = 1.0
+    pools: dict[str, RayResourcePool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for role, pool in self.mapping.items():
+            if pool not in self.resource_pool_spec:
+                raise ValueError(
+                    f"role {role!r} is mapped to unknown pool {pool!r}; pools: {list(self.resource_pool_spec)}"
+                )
+
+    def create_resource_pools(self) -> dict[str, RayResourcePool]:
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            if name not in self.pools:
+                self.pools[name] = RayResourcePool(
+                    process_on_nodes,
+                    use_gpu=self.use_gpu,
+                    name_prefix=name,
+                    cpus_per_process=self.cpus_per_process,
+                )
+        return self.pools
+
+    def get_resource_pool(self, role: str) -> RayResourcePool:
+        if role not in self.mapping:
+            raise KeyError(f"role {role!r} has no resource pool; mapped roles: {list(self.mapping)}")
+        return self.create_resource_pools()[self.mapping[role]]
+
+    def roles_by_pool(self) -> dict[str, list[str]]:
+        """Pool name -> the roles colocated on it, in mapping order."""
+        grouped: dict[str, list[str]] = {}
+        for role, pool in self.mapping.items():
+            grouped.setdefault(pool, []).append(role)
+        return grouped
+
+    def release(self) -> None:
+        for pool in self.pools.values():
+            pool.release()

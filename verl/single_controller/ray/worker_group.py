@@ -1,0 +1,268 @@
+"""Worker groups on Ray: one host actor per rank, holding one or several roles.
+
+Every rank of a pool is a Ray actor (a :class:`WorkerHost`) pinned to one bundle of the
+pool's placement group. The host constructs the workers of the roles it carries, so roles
+created together with :func:`create_colocated_worker_groups` share one process per device
+(the "hybrid engine": actor, rollout and reference share memory), while the driver still
+sees one :class:`RayWorkerGroup` per role. Roles on different pools are split placement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from verl.single_controller.ray.resource_pool import RayResourcePool
+from verl.single_controller.worker import find_free_port, node_ip_address
+from verl.single_controller.worker_group import (
+    WorkerDiedError,
+    WorkerGroup,
+    WorkerMethodError,
+    WorkerTimeoutError,
+)
+
+__all__ = ["RayClassWithInitArgs", "RayWorkerGroup", "WorkerHost", "create_colocated_worker_groups"]
+
+
+class RayClassWithInitArgs:
+    """A worker class and the arguments to construct it with inside its host process."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+
+    def instantiate(self) -> Any:
+        return self.cls(*self.args, **self.kwargs)
+
+
+class WorkerHost:
+    """The process of one rank: sets the rank's environment, then builds and serves its roles."""
+
+    def __init__(self, env: dict[str, str], num_threads: int) -> None:
+        os.environ.update(env)
+        import torch
+
+        torch.set_num_threads(max(1, num_threads))
+        self._workers: dict[str, Any] = {}
+
+    def node_info(self) -> tuple[str, int]:
+        return node_ip_address(), find_free_port()
+
+    def setup(self, env: dict[str, str], roles: dict[str, RayClassWithInitArgs]) -> int:
+        os.environ.update(env)
+        for role, spec in roles.items():
+            self._workers[role] = spec.instantiate()
+        return os.getpid()
+
+    def call(self, _verl_role: str, _verl_method: str, *args: Any, **kwargs: Any) -> Any:
+        # Arguments travel as top-level task arguments so Ray resolves ObjectRefs among them.
+        return getattr(self._workers[_verl_role], _verl_method)(*args, **kwargs)
+
+
+class _Hosts:
+    """The host actors of one pool placement, shared by the role groups colocated on them."""
+
+    def __init__(self, actors: list[Any], pids: list[int]) -> None:
+        self.actors = actors
+        self.pids = pids
+        self.alive = True
+
+    def kill(self) -> None:
+        if self.alive:
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+            self.alive = False
+
+
+class RayWorkerGroup(WorkerGroup):
+    """The ranks of one role on Ray. Built by :func:`create_colocated_worker_groups` or directly:
+
+    ``RayWorkerGroup(resource_pool, RayClassWithInitArgs(MyWorker, cfg), role="actor")``.
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        role: str = "worker",
+        call_timeout_s: float = 3600.0,
+        max_concurrency: int = 1,
+        _hosts: _Hosts | None = None,
+        _worker_cls: type | None = None,
+    ) -> None:
+        if _hosts is None:
+            if resource_pool is None or ray_cls_with_init is None:
+                raise ValueError("RayWorkerGroup needs a resource_pool and a ray_cls_with_init")
+            groups = create_colocated_worker_groups(
+                resource_pool,
+                {role: ray_cls_with_init},
+                call_timeout_s=call_timeout_s,
+                max_concurrency=max_concurrency,
+            )
+            _hosts, _worker_cls = groups[role]._hosts, ray_cls_with_init.cls
+        super().__init__(role, len(_hosts.actors), call_timeout_s)
+        self._hosts = _hosts
+        self._bind_registered_methods(_worker_cls)
+
+    @property
+    def workers(self) -> list[Any]:
+        """The Ray actor handles, in rank order."""
+        return self._hosts.actors
+
+    @property
+    def pids(self) -> list[int]:
+        return self._hosts.pids
+
+    def shutdown(self) -> None:
+        """Kill this group's processes (and so every role colocated on them)."""
+        self._hosts.kill()
+
+    def _submit(self, method: str, rank_calls: list[tuple[int, tuple[tuple, dict]]]) -> list[Any]:
+        if not self._hosts.alive:
+            raise WorkerDiedError(f"role {self.role!r}: cannot call {method}(), the group was shut down")
+        rank_calls = _put_shared_args(rank_calls)
+        return [
+            self._hosts.actors[rank].call.remote(self.role, method, *a, **k) for rank, (a, k) in rank_calls
+        ]
+
+    def _wait(self, method: str, handles: list[tuple[int, Any]], timeout_s: float) -> list[Any]:
+        """Collect results in rank order; the first failure anywhere is raised at once."""
+        rank_of = {ref: rank for rank, ref in handles}
+        results: dict[int, Any] = {}
+        pending = [ref for _, ref in handles]
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            remaining = deadline - time.monotonic()
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(remaining, 0))
+            if not ready:
+                late = sorted(rank_of[r] for r in pending)
+                raise WorkerTimeoutError(
+                    f"role {self.role!r} rank(s) {late} did not finish {method}() within {timeout_s:.0f}s"
+                )
+            for ref in ready:
+                results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method)
+        return [results[rank] for rank, _ in handles]
+
+    def _get_one(self, ref: Any, rank: int, method: str) -> Any:
+        try:
+            return ray.get(ref, timeout=60)
+        except RayTaskError as e:
+            raise WorkerMethodError(f"role {self.role!r} rank {rank} raised in {method}():\n{e}") from e
+        except RayActorError as e:
+            raise WorkerDiedError(
+                f"role {self.role!r} rank {rank}: worker process died during {method}() ({_first_line(e)})"
+            ) from e
+        except GetTimeoutError as e:  # ready but not fetchable: treat like a lost worker
+            raise WorkerTimeoutError(
+                f"role {self.role!r} rank {rank}: result of {method}() unreachable"
+            ) from e
+
+
+def create_colocated_worker_groups(
+    resource_pool: RayResourcePool,
+    class_dict: dict[str, RayClassWithInitArgs],
+    call_timeout_s: float = 3600.0,
+    max_concurrency: int = 1,
+    setup_timeout_s: float = 600.0,
+) -> dict[str, RayWorkerGroup]:
+    """Start one process per bundle of ``resource_pool`` holding every role of ``class_dict``.
+
+    Returns one worker group per role; all of them drive the same processes.
+    """
+    slots = resource_pool.bundle_slots()
+    world_size = len(slots)
+    share = 1.0 / resource_pool.max_colocate_count
+    device = "cuda" if resource_pool.use_gpu else "cpu"
+    local_ranks = [i for n in resource_pool.process_on_nodes for i in range(n)]
+    actors = []
+    for rank, (pg, bundle_index) in enumerate(slots):
+        env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_ranks[rank])}
+        env["VERL_DEVICE"] = device
+        options: dict[str, Any] = {
+            "num_cpus": resource_pool.cpus_per_process * share,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=bundle_index
+            ),
+            "max_concurrency": max_concurrency,
+            "name": None,
+        }
+        if resource_pool.use_gpu:
+            options["num_gpus"] = share
+        threads = max(1, int(resource_pool.cpus_per_process * share))
+        actors.append(ray.remote(WorkerHost).options(**options).remote(env, threads))
+    master_addr, master_port = _get_or_die(
+        actors[0].node_info.remote(), "node_info", 0, class_dict, setup_timeout_s
+    )
+    env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+    setups = [actor.setup.remote(env, class_dict) for actor in actors]
+    pids = [
+        _get_or_die(ref, "__init__", rank, class_dict, setup_timeout_s) for rank, ref in enumerate(setups)
+    ]
+    hosts = _Hosts(actors, pids)
+    return {
+        role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
+        for role, spec in class_dict.items()
+    }
+
+
+def _get_or_die(
+    ref: Any, what: str, rank: int, class_dict: dict[str, RayClassWithInitArgs], timeout_s: float
+) -> Any:
+    roles = "+".join(class_dict)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except RayTaskError as e:
+        raise WorkerMethodError(f"role {roles!r} rank {rank} failed in {what}:\n{e}") from e
+    except RayActorError as e:
+        raise WorkerDiedError(f"role {roles!r} rank {rank}: process died in {what} ({_first_line(e)})") from e
+    except GetTimeoutError as e:
+        raise WorkerTimeoutError(
+            f"role {roles!r} rank {rank}: {what} did not finish within {timeout_s:.0f}s"
+        ) from e
+
+
+def _put_shared_args(
+    rank_calls: list[tuple[int, tuple[tuple, dict]]],
+) -> list[tuple[int, tuple[tuple, dict]]]:
+    """Put a large argument sent to several ranks into the object store once, not once per rank."""
+    if len(rank_calls) < 2:
+        return rank_calls
+    seen: dict[int, Any] = {}
+    counts: dict[int, int] = {}
+    for _, (args, kwargs) in rank_calls:
+        for value in (*args, *kwargs.values()):
+            counts[id(value)] = counts.get(id(value), 0) + 1
+
+    def shared(value: Any) -> Any:
+        if counts[id(value)] < 2 or not _is_large(value):
+            return value
+        if id(value) not in seen:
+            seen[id(value)] = ray.put(value)
+        return seen[id(value)]
+
+    return [
+        (rank, (tuple(shared(a) for a in args), {k: shared(v) for k, v in kwargs.items()}))
+        for rank, (args, kwargs) in rank_calls
+    ]
+
+
+def _is_large(value: Any) -> bool:
+    from verl.protocol import DataProto
+
+    if isinstance(value, DataProto):
+        return True
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is None and hasattr(value, "element_size"):
+        nbytes = value.element_size() * value.numel()
+    return bool(nbytes and nbytes > 100_000)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
