@@ -21,7 +21,7 @@ def make(n: int = 5) -> DataProto:
 
 def assert_same(a: DataProto, b: DataProto) -> None:
     assert a.batch.keys() == b.batch.keys()
-    for key in a.batch:
+    for key in a.batch.keys():
         assert torch.equal(a.batch[key], b.batch[key]), key
     assert a.non_tensor_batch.keys() == b.non_tensor_batch.keys()
     for key in a.non_tensor_batch:
@@ -67,7 +67,7 @@ def test_select_pop_union():
     sel = data.select(["ids"], ["uid"])
     assert list(sel.batch.keys()) == ["ids"] and list(sel.non_tensor_batch) == ["uid"]
     popped = data.pop(batch_keys=["lp"], non_tensor_batch_keys=["gt"])
-    assert "lp" not in data.batch and "gt" not in data.non_tensor_batch
+    assert "lp" not in data.batch.keys() and "gt" not in data.non_tensor_batch
     data.union(popped)
     assert set(data.batch.keys()) == {"ids", "lp"}
     with pytest.raises(KeyError, match=r"no key\(s\) \['nope'\]"):
