@@ -1,0 +1,87 @@
+"""The ``critic`` section: the value model used by GAE/PPO."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import II
+
+from verl.trainer.config.actor import LOSS_AGG_MODES
+from verl.trainer.config.base import check, check_choice
+from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+
+
+def _critic_optim() -> OptimConfig:
+    return OptimConfig(lr=1e-5)
+
+
+@dataclass
+class CriticModelConfig:
+    path: str = II("actor_rollout_ref.model.path")
+    """Model the value network starts from (a value head is added on top)."""
+    tokenizer_path: str = II("actor_rollout_ref.model.path")
+    """Tokenizer of the critic (must match the actor's token ids)."""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """Entries that override the model's HF config."""
+    external_lib: str | None = II("actor_rollout_ref.model.external_lib")
+    """A module imported before loading the model."""
+    enable_gradient_checkpointing: bool = True
+    """Recompute activations in backward to save memory."""
+    use_remove_padding: bool = False
+    """Pack sequences without padding (GPU only)."""
+    trust_remote_code: bool = False
+    """Allow models that ship their own code."""
+    gguf_file: str | None = II("actor_rollout_ref.model.gguf_file")
+    """A GGUF file inside path to load weights from."""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP sharding and offload of the critic."""
+
+
+@dataclass
+class CriticConfig:
+    rollout_n: int = II("actor_rollout_ref.rollout.n")
+    """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
+    strategy: str = "fsdp"
+    """Training backend: fsdp | fsdp2."""
+    optim: OptimConfig = field(default_factory=_critic_optim)
+    """Optimizer and LR schedule of the critic."""
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    """The value model."""
+    ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
+    """Prompts per critic optimizer step."""
+    ppo_micro_batch_size: int | None = None
+    """Deprecated global micro batch size; use ppo_micro_batch_size_per_gpu."""
+    ppo_micro_batch_size_per_gpu: int | None = None
+    """Rows per forward/backward on one rank."""
+    forward_micro_batch_size: int | None = II("critic.ppo_micro_batch_size")
+    """Deprecated; use forward_micro_batch_size_per_gpu."""
+    forward_micro_batch_size_per_gpu: int | None = II("critic.ppo_micro_batch_size_per_gpu")
+    """Rows per value forward on one rank."""
+    use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
+    """Pack micro-batches by token count."""
+    ppo_max_token_len_per_gpu: int = 32768
+    """Token budget of one training micro-batch."""
+    forward_max_token_len_per_gpu: int = II("critic.ppo_max_token_len_per_gpu")
+    """Token budget of one value forward."""
+    ulysses_sequence_parallel_size: int = 1
+    """Sequence parallel size; only 1 is supported yet."""
+    ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
+    """Passes over the batch per training step."""
+    shuffle: bool = II("actor_rollout_ref.actor.shuffle")
+    """Shuffle rows before splitting into mini-batches."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value."""
+    cliprange_value: float = 0.5
+    """Clip range of the value update around the old values."""
+    loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
+    """How token losses are averaged (see actor.loss_agg_mode)."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """What critic checkpoints contain."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
+        check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
+        check(self.cliprange_value > 0, f"{path}.cliprange_value", "a positive number", self.cliprange_value)
+        self.optim.validate(f"{path}.optim")
+        self.checkpoint.validate(f"{path}.checkpoint")

@@ -1,0 +1,53 @@
+"""Start-up notes about the config: keys without effect here, preset values left in place."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import yaml
+
+from verl.trainer.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
+from verl.utils.builtin import is_builtin_model
+
+logger = logging.getLogger(__name__)
+
+
+def preset_keys(config_name: str = "ppo_trainer") -> list[str]:
+    """Dotted keys that the YAML preset sets (besides ``defaults`` and ``hydra``)."""
+    raw = yaml.safe_load((Path(CONFIG_DIR) / f"{config_name}.yaml").read_text())
+
+    def walk(node: dict, prefix: str) -> list[str]:
+        keys = []
+        for key, value in node.items():
+            if isinstance(value, dict):
+                keys += walk(value, f"{prefix}{key}.")
+            else:
+                keys.append(f"{prefix}{key}")
+        return keys
+
+    return walk({k: v for k, v in raw.items() if k not in ("defaults", "hydra")}, "")
+
+
+def log_config_notes(config: PPOTrainerConfig, device: str, overrides: list[str]) -> list[str]:
+    """Log (once, at start-up) what a user should know about this config; returns the notes."""
+    notes = []
+    inert = inert_keys(config, device, overrides)
+    if inert:
+        backend = f"rollout.name={config.actor_rollout_ref.rollout.name} on {device}"
+        notes.append(f"these keys have no effect with {backend}: {', '.join(inert)}")
+    if not is_builtin_model(config.actor_rollout_ref.model.path):
+        given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+        kept = [
+            k
+            for k in preset_keys()
+            if k not in given and not k.startswith(("data.train_files", "data.val_files"))
+        ]
+        if kept:
+            notes.append(
+                "your model is not the built-in one, but these values still come from the embedded-default "
+                f"preset (sized for a tiny model): {', '.join(kept)}; set them explicitly"
+            )
+    for note in notes:
+        logger.warning("config note: %s", note)
+    return notes

@@ -1,0 +1,124 @@
+"""The ``actor_rollout_ref.rollout`` section: how responses are generated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import II
+
+from verl.trainer.config.base import check, check_choice
+
+ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
+
+
+@dataclass
+class ValKwargsConfig:
+    top_k: int = -1
+    """Top-k for validation (-1 or 0 disables)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass for validation."""
+    temperature: float = 0.0
+    """Validation temperature (0 with do_sample=False is greedy)."""
+    n: int = 1
+    """Responses per validation prompt (mean@n, best@n, maj@n when > 1)."""
+    do_sample: bool = False
+    """Sample during validation; False decodes greedily."""
+
+
+@dataclass
+class MultiTurnConfig:
+    enable: bool = False
+    """Multi-turn tool-use rollouts (not supported yet: must stay False)."""
+    max_turns: int | None = None
+    """Turn limit of a multi-turn rollout."""
+    tool_config_path: str | None = None
+    """Tool definitions for multi-turn rollouts."""
+    format: str = "chatml"
+    """Chat format of multi-turn rollouts."""
+
+
+@dataclass
+class ServerConfig:
+    url: str | None = None
+    """Base URL of an OpenAI-compatible server (vLLM/SGLang/ours); null starts the built-in HF server."""
+    timeout_s: float = 600.0
+    """Timeout of one HTTP request to the rollout server."""
+
+
+@dataclass
+class RolloutConfig:
+    name: str = "hf"
+    """Rollout backend: hf (in-process transformers; the CPU default) | server | vllm | sglang (GPU extras)."""
+    mode: str = "sync"
+    """sync: generate a whole batch per call; async: request-level scheduling (server backends)."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs are computed at this temperature too."""
+    top_k: int = -1
+    """Keep the k most likely tokens (-1 or 0 disables)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    do_sample: bool = True
+    """Sample; False decodes greedily."""
+    n: int = 1
+    """Responses per prompt (> 1 for GRPO/RLOO-style group baselines)."""
+    prompt_length: int = II("data.max_prompt_length")
+    """Prompt length (left-padded)."""
+    response_length: int = II("data.max_response_length")
+    """Maximum generated tokens."""
+    dtype: str = "bfloat16"
+    """Generation dtype on GPU; CPU always uses float32."""
+    gpu_memory_utilization: float = 0.5
+    """Fraction of GPU memory for the inference engine's KV cache (vllm/sglang)."""
+    ignore_eos: bool = False
+    """Keep generating after EOS (benchmarking only)."""
+    enforce_eager: bool = True
+    """Disable CUDA graphs (vllm)."""
+    free_cache_engine: bool = True
+    """Free the KV cache between generations (vllm/sglang)."""
+    load_format: str = "dummy_dtensor"
+    """How the inference engine loads initial weights (vllm)."""
+    layered_summon: bool = False
+    """Gather FSDP weights layer by layer for the weight sync (vllm)."""
+    tensor_model_parallel_size: int = 2
+    """Tensor parallel size of the inference engine (vllm/sglang)."""
+    max_num_batched_tokens: int = 8192
+    """Token budget of one engine step (vllm)."""
+    max_model_len: int | None = None
+    """Maximum context of the inference engine (vllm)."""
+    max_num_seqs: int = 1024
+    """Concurrent sequences of the inference engine (vllm)."""
+    log_prob_micro_batch_size: int | None = None
+    """Deprecated global micro batch size; use log_prob_micro_batch_size_per_gpu."""
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    """Rows per forward when recomputing log-probs (old log-probs and the rollout's own)."""
+    log_prob_use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
+    """Pack log-prob forwards by token count."""
+    log_prob_max_token_len_per_gpu: int = II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+    """Token budget of one log-prob forward."""
+    disable_log_stats: bool = True
+    """Silence the inference engine's statistics (vllm)."""
+    enable_chunked_prefill: bool = True
+    """Chunked prefill (vllm)."""
+    calculate_log_probs: bool = False
+    """Log the gap between generation-time and recomputed log-probs of the sampled tokens."""
+    seed: int = 0
+    """Seed of the sampling RNG (each rank adds its rank); saved in checkpoints for exact resume."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the inference engine (vllm/sglang)."""
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    """Sampling parameters for validation."""
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    """Multi-turn rollouts."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """The server backend's endpoint."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.name, ROLLOUT_NAMES, f"{path}.name")
+        check_choice(self.mode, ("sync", "async"), f"{path}.mode")
+        check(self.n >= 1, f"{path}.n", "at least 1", self.n)
+        check(self.temperature >= 0, f"{path}.temperature", "a non-negative number", self.temperature)
+        check(0 < self.top_p <= 1, f"{path}.top_p", "a value in (0, 1]", self.top_p)
+        check(self.response_length > 0, f"{path}.response_length", "a positive integer", self.response_length)
+        check(self.val_kwargs.n >= 1, f"{path}.val_kwargs.n", "at least 1", self.val_kwargs.n)
+        check(not self.multi_turn.enable, f"{path}.multi_turn.enable", "False (not supported yet)", True)

@@ -1,0 +1,106 @@
+"""The ``trainer`` and ``ray_init`` sections: loop length, devices, logging, checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.trainer.config.base import check, check_choice
+
+LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
+
+
+@dataclass
+class TrainerConfig:
+    balance_batch: bool = True
+    """Reorder rows so every data-parallel rank gets a similar number of tokens."""
+    total_epochs: int = 30
+    """Passes over the training data."""
+    total_training_steps: int | None = None
+    """Stop after this many steps (overrides total_epochs when set)."""
+    project_name: str = "verl_examples"
+    """Project name for loggers and the checkpoint dir."""
+    experiment_name: str = "gsm8k"
+    """Run name for loggers and the checkpoint dir."""
+    logger: list[str] = field(default_factory=lambda: ["console", "wandb"])
+    """Loggers: any of console, file, tensorboard, wandb, mlflow."""
+    log_val_generations: int = 0
+    """Validation samples (input, output, score) to log each validation."""
+    rollout_data_dir: str | None = None
+    """Dump each step's rollouts as jsonl here (null: no dump)."""
+    validation_data_dir: str | None = None
+    """Dump validation generations as jsonl here (null: no dump)."""
+    nnodes: int = 1
+    """Nodes of the Ray cluster used for the actor/rollout/ref pool."""
+    n_gpus_per_node: int = 8
+    """Devices per node; on CPU, the number of worker processes (ranks) per node."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu) | cuda | cpu."""
+    cpus_per_worker: float = 1.0
+    """CPU cores reserved per worker process (on CPU, also its torch thread count)."""
+    save_freq: int = -1
+    """Save a checkpoint every N steps (-1: never, except as asked by other options)."""
+    resume_mode: str = "auto"
+    """auto (resume from the latest checkpoint if any) | disable | resume_path."""
+    resume_from_path: str | None = None
+    """Checkpoint dir (global_step_N) to resume from when resume_mode=resume_path."""
+    val_before_train: bool = True
+    """Validate once before the first step."""
+    val_only: bool = False
+    """Only validate, then exit."""
+    test_freq: int = -1
+    """Validate every N steps (-1: only before training and at the end)."""
+    critic_warmup: int = 0
+    """Steps that train only the critic before the actor starts updating."""
+    default_hdfs_dir: str | None = None
+    """Remote copy of checkpoints (not supported: must stay null)."""
+    del_local_ckpt_after_load: bool = False
+    """Delete the local checkpoint after resuming from it."""
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    """Where checkpoints go (global_step_N/ below it)."""
+    max_actor_ckpt_to_keep: int | None = None
+    """Keep at most this many actor checkpoints (null: all)."""
+    max_critic_ckpt_to_keep: int | None = None
+    """Keep at most this many critic checkpoints (null: all)."""
+    ray_wait_register_center_timeout: int = 300
+    """Seconds to wait for worker processes to start."""
+    worker_call_timeout_s: float = 3600.0
+    """Seconds a single worker-group call may take before the run fails with a timeout error."""
+    seed: int = 1
+    """Seed of the driver's RNGs (python, numpy, torch)."""
+    profile_steps: Any = None
+    """Steps to profile (not supported yet: accepted and ignored)."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
+        check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
+        if self.resume_mode == "resume_path":
+            check(
+                self.resume_from_path is not None,
+                f"{path}.resume_from_path",
+                "a checkpoint dir when resume_mode=resume_path",
+                None,
+            )
+        for name in self.logger:
+            check_choice(name, LOGGERS, f"{path}.logger")
+        check(self.n_gpus_per_node >= 1, f"{path}.n_gpus_per_node", "at least 1", self.n_gpus_per_node)
+        check(self.nnodes >= 1, f"{path}.nnodes", "at least 1", self.nnodes)
+        check(self.total_epochs >= 1, f"{path}.total_epochs", "at least 1", self.total_epochs)
+        steps = self.total_training_steps
+        check(steps is None or steps >= 1, f"{path}.total_training_steps", "null or at least 1", steps)
+        check(
+            self.default_hdfs_dir is None,
+            f"{path}.default_hdfs_dir",
+            "null (HDFS is not supported)",
+            self.default_hdfs_dir,
+        )
+
+
+@dataclass
+class RayInitConfig:
+    num_cpus: int | None = None
+    """CPUs Ray may use on this machine (null: all)."""
+    address: str | None = None
+    """Address of an existing Ray cluster (null: start a local one)."""
+    timeline_json_file: str | None = None
+    """Write a Ray timeline trace here at the end."""

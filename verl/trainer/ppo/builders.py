@@ -1,0 +1,149 @@
+"""Building the parts the PPO trainer drives, from the config.
+
+Each function builds one part: the device, the tokenizer, the data loaders, the reward
+functions, the worker groups (colocated on one pool: the hybrid engine), the tracker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.utils import builtin
+from verl.utils.model import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def prepare_builtin_assets(config: PPOTrainerConfig) -> None:
+    """Create the built-in task and tiny model on first use (no-op for user data and models)."""
+    files = _as_list(config.data.train_files) + _as_list(config.data.val_files)
+    builtin.ensure_builtin_data(*files)
+    builtin.ensure_builtin_model(config.actor_rollout_ref.model.path)
+
+
+def _as_list(files: Any) -> list[str]:
+    return [files] if isinstance(files, str) else list(files or [])
+
+
+def init_ray(config: PPOTrainerConfig) -> None:
+    if ray.is_initialized():
+        return
+    env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "PYTHONPATH": os.getcwd()}
+    for key in ("VERL_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    ray.init(
+        address=config.ray_init.address,
+        num_cpus=config.ray_init.num_cpus,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+    )
+
+
+def resolve_device(config: PPOTrainerConfig) -> str:
+    """``trainer.device``: ``auto`` is cuda when the Ray cluster (or this machine) has GPUs."""
+    if config.trainer.device != "auto":
+        return config.trainer.device
+    gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else torch.cuda.device_count()
+    return "cuda" if gpus > 0 else "cpu"
+
+
+def build_tokenizer(config: PPOTrainerConfig):
+    model = config.actor_rollout_ref.model
+    return load_tokenizer(
+        config.data.tokenizer or model.tokenizer_path or model.path,
+        model.trust_remote_code or config.data.trust_remote_code,
+        model.gguf_file,
+        model.custom_chat_template,
+    )
+
+
+@dataclass
+class DataLoaders:
+    train: Any
+    val: Any
+    val_dataset: Any
+
+
+def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
+    from verl.utils.dataset.dataloader import create_rl_dataloader
+    from verl.utils.dataset.rl_dataset import create_rl_dataset
+
+    data = config.data
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
+    val_ds = create_rl_dataset(data.val_files, data, tokenizer, max_samples=data.val_max_samples)
+    seed = data.seed if data.seed is not None else 1
+    train = create_rl_dataloader(train_ds, data.train_batch_size, data.shuffle, seed, drop_last=True)
+    val = create_rl_dataloader(
+        val_ds, data.val_batch_size or len(val_ds), data.validation_shuffle, seed, drop_last=False
+    )
+    if len(train) == 0:
+        raise ValueError(
+            f"data.train_files has {len(train_ds)} rows, fewer than data.train_batch_size={data.train_batch_size}"
+        )
+    return DataLoaders(train=train, val=val, val_dataset=val_ds)
+
+
+def total_training_steps(config: PPOTrainerConfig, steps_per_epoch: int) -> int:
+    if config.trainer.total_training_steps is not None:
+        return config.trainer.total_training_steps
+    return steps_per_epoch * config.trainer.total_epochs
+
+
+def set_total_steps(config: PPOTrainerConfig, total: int) -> None:
+    """The LR schedules need the run length; verl injects it the same way."""
+    config.actor_rollout_ref.actor.optim.total_training_steps = total
+    config.critic.optim.total_training_steps = total
+
+
+def build_reward_fns(config: PPOTrainerConfig, tokenizer):
+    from verl.workers.reward.loader import load_reward_manager
+
+    return load_reward_manager(config, tokenizer, num_examine=0), load_reward_manager(
+        config, tokenizer, num_examine=1
+    )
+
+
+def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str, Any], RayResourcePool]:
+    """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)."""
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from verl.workers.critic import CriticWorker
+
+    trainer = config.trainer
+    pool = RayResourcePool(
+        [trainer.n_gpus_per_node] * trainer.nnodes,
+        use_gpu=device == "cuda",
+        name_prefix="global_pool",
+        cpus_per_process=trainer.cpus_per_worker,
+    )
+    role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
+    class_dict = {
+        "actor_rollout": RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, role=role)
+    }
+    if config.use_critic:
+        class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
+    groups = create_colocated_worker_groups(
+        pool,
+        class_dict,
+        call_timeout_s=trainer.worker_call_timeout_s,
+        setup_timeout_s=trainer.ray_wait_register_center_timeout,
+    )
+    for name in ("critic", "actor_rollout"):
+        if name in groups:
+            groups[name].init_model()
+    return groups, pool
+
+
+def build_tracker(config: PPOTrainerConfig):
+    from verl.utils.tracking import Tracking
+
+    trainer = config.trainer
+    return Tracking(trainer.project_name, trainer.experiment_name, list(trainer.logger), config=config)

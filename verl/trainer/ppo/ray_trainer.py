@@ -1,0 +1,215 @@
+"""The synchronous PPO/GRPO dataflow, driven from one process (the single controller).
+
+One training step, in the order of the algorithm box::
+
+    batch  <- next prompts, each repeated rollout.n times with a shared uid
+    gen            responses <- rollout(prompts)                       (worker group)
+    reward         token_level_scores <- reward_fn(responses)          (driver, process pool)
+    old_log_prob   old_log_probs <- actor(responses)                   (worker group)
+    ref            ref_log_prob <- reference(responses)                (if KL is used)
+    values         values <- critic(responses)                         (if GAE)
+    adv            token_level_rewards, advantages, returns            (driver, pure functions)
+    update_critic  critic PPO epochs                                   (if GAE)
+    update_actor   actor PPO epochs, then weight sync to the rollout   (after critic_warmup)
+
+Each phase is one short method below, timed under its name (``timing_s/<phase>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.ppo import builders
+from verl.trainer.ppo.advantages import compute_advantage
+from verl.trainer.ppo.kl import apply_kl_penalty, get_kl_controller
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+)
+from verl.trainer.ppo.validation import Validator
+from verl.utils.progress import StepProgress
+from verl.workers.engine.micro_batch import equal_size_partitions
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+@contextmanager
+def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+class RayPPOTrainer:
+    """Holds the data, the reward functions and the worker groups; ``fit()`` runs the loop."""
+
+    def __init__(self, config: PPOTrainerConfig) -> None:
+        self.config = config
+        self.device = builders.resolve_device(config)
+        self.tokenizer = builders.build_tokenizer(config)
+        self.data = builders.build_dataloaders(config, self.tokenizer)
+        self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
+        builders.set_total_steps(config, self.total_training_steps)
+        self.reward_fn, self.val_reward_fn = builders.build_reward_fns(config, self.tokenizer)
+        self.tracker = builders.build_tracker(config)
+        self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
+        self.global_steps = 0
+        self.epoch = 0
+        self.wgs: dict = {}
+        self.pool = None
+
+    # ------------------------------------------------------------------ setup and teardown
+    def init_workers(self) -> None:
+        self.wgs, self.pool = builders.build_worker_groups(self.config, self.device)
+        self.actor_rollout_wg = self.wgs["actor_rollout"]
+        self.critic_wg = self.wgs.get("critic")
+        self.world_size = self.actor_rollout_wg.world_size
+        self.validator = Validator(
+            self.config,
+            self.tokenizer,
+            self.actor_rollout_wg,
+            self.val_reward_fn,
+            self.tracker,
+            self.data.val,
+        )
+
+    def close(self) -> None:
+        for fn in (self.reward_fn, self.val_reward_fn):
+            fn.close()
+        if self.wgs:
+            next(iter(self.wgs.values())).shutdown()
+        if self.pool is not None:
+            self.pool.release()
+        self.tracker.finish()
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        """Train for ``total_training_steps``; returns the last step's metrics."""
+        trainer = self.config.trainer
+        if trainer.val_before_train or trainer.val_only:
+            self.tracker.log(self.validator.run(self.global_steps), step=self.global_steps)
+        if trainer.val_only:
+            return {}
+        metrics: dict[str, float] = {}
+        batches = self._batches()
+        with StepProgress(self.total_training_steps, initial_step=self.global_steps) as progress:
+            while self.global_steps < self.total_training_steps:
+                self.global_steps += 1
+                metrics = self.train_step(next(batches))
+                metrics.update(self._maybe_validate())
+                metrics.update({"training/global_step": self.global_steps, "training/epoch": self.epoch})
+                self.tracker.log(metrics, step=self.global_steps)
+                progress.update(metrics)
+        return metrics
+
+    def _batches(self) -> Iterator[DataProto]:
+        while True:
+            for batch_dict in self.data.train:
+                self.epoch = self.data.train.epoch
+                yield DataProto.from_single_dict(batch_dict)
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        with timed("step", timing):
+            batch = self._repeat_prompts(batch)
+            with timed("gen", timing):
+                batch = self._generate(batch, metrics)
+            self._balance_batch(batch)
+            with timed("reward", timing):
+                self._compute_reward(batch, metrics)
+            with timed("old_log_prob", timing):
+                self._compute_old_log_prob(batch, metrics)
+            if self.config.use_reference:
+                with timed("ref", timing):
+                    batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+            if self.config.use_critic:
+                with timed("values", timing):
+                    batch.union(self.critic_wg.compute_values(batch))
+            with timed("adv", timing):
+                self._compute_advantage(batch, metrics)
+            if self.config.use_critic:
+                with timed("update_critic", timing):
+                    metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+            if self.global_steps > self.config.trainer.critic_warmup:
+                with timed("update_actor", timing):
+                    metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+        metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
+        return metrics
+
+    # ------------------------------------------------------------------ phases
+    def _repeat_prompts(self, batch: DataProto) -> DataProto:
+        """Give each prompt a uid (deterministic: step and row) and repeat it rollout.n times."""
+        uids = [f"{self.global_steps}-{i}" for i in range(len(batch))]
+        batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
+        return batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
+
+    def _generate(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
+        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        prompts.meta_info.update(global_steps=self.global_steps, do_sample=True)
+        output = self.actor_rollout_wg.generate_sequences(prompts)
+        metrics.update(output.meta_info.pop("metrics", {}))
+        batch.union(output)
+        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        return batch
+
+    def _balance_batch(self, batch: DataProto) -> None:
+        """Reorder rows so each data-parallel rank gets a similar number of tokens."""
+        if not self.config.trainer.balance_batch or self.world_size == 1:
+            return
+        lengths = batch.batch["attention_mask"].sum(-1).tolist()
+        batch.reorder(torch.as_tensor(np.concatenate(equal_size_partitions(lengths, self.world_size))))
+
+    def _compute_reward(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        result = self.reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        for key, values in result.get("reward_extra_info", {}).items():
+            if len(values) == len(batch):
+                batch.non_tensor_batch[key] = np.array(values, dtype=object)
+        metrics.update(result.get("reward_metrics", {}))
+
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        out = self.actor_rollout_wg.compute_log_prob(batch)
+        entropys = out.batch.pop("entropys")
+        mask = batch.batch["response_mask"].bool()
+        metrics["actor/entropy"] = float(entropys[mask].mean()) if mask.any() else 0.0
+        batch.union(out)
+        if "rollout_log_probs" in batch.batch.keys():
+            rollout_lp, old_lp = batch.batch["rollout_log_probs"][mask], batch.batch["old_log_probs"][mask]
+            if rollout_lp.numel():
+                metrics["training/rollout_logprob_diff_max"] = float((rollout_lp - old_lp).abs().max())
+                metrics["training/rollout_probs_diff_mean"] = float(
+                    (rollout_lp.exp() - old_lp.exp()).abs().mean()
+                )
+
+    def _compute_advantage(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        algo = self.config.algorithm
+        if algo.use_kl_in_reward:
+            _, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        compute_advantage(batch, algo)
+
+    def _maybe_validate(self) -> dict[str, float]:
+        freq = self.config.trainer.test_freq
+        last = self.global_steps == self.total_training_steps
+        if (freq > 0 and self.global_steps % freq == 0) or last:
+            with timed("testing", timing := {}):
+                metrics = self.validator.run(self.global_steps)
+            metrics["timing_s/testing"] = timing["testing"]
+            return metrics
+        return {}

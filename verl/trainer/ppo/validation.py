@@ -1,0 +1,79 @@
+"""Validation: generate for every validation prompt (``val_kwargs``), score, summarise.
+
+Metrics follow verl: ``val-core/<data_source>/<acc|reward>/mean@<n>`` (plus best@/maj@
+when ``val_kwargs.n > 1``) and ``val-aux/...`` for the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from verl.protocol import DataProto
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.ppo.val_metrics import flatten_validation_metrics, process_validation_metrics
+from verl.utils.tracking import select_generations
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+class Validator:
+    def __init__(
+        self,
+        config: PPOTrainerConfig,
+        tokenizer: Any,
+        actor_rollout_wg: Any,
+        reward_fn: Any,
+        tracker: Any,
+        loader: Any,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.wg = actor_rollout_wg
+        self.reward_fn = reward_fn
+        self.tracker = tracker
+        self.loader = loader
+
+    def run(self, step: int) -> dict[str, float]:
+        """Validate the current policy; logs sample generations when asked to."""
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        sources: list[str] = []
+        uids: list[str] = []
+        inputs: list[str] = []
+        outputs: list[str] = []
+        infos: dict[str, list[Any]] = {"reward": []}
+        for batch_index, batch_dict in enumerate(self.loader):
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array(
+                [f"val-{batch_index}-{i}" for i in range(len(batch))], dtype=object
+            )
+            batch = batch.repeat(val_kwargs.n, interleave=True)
+            prompts = batch.pop(batch_keys=PROMPT_KEYS)
+            prompts.meta_info.update(validate=True, do_sample=val_kwargs.do_sample, global_steps=step)
+            output = self.wg.generate_sequences(prompts)
+            output.meta_info.pop("metrics", None)
+            batch.union(output)
+            result = self.reward_fn(batch, return_dict=True)
+            scores = result["reward_tensor"].sum(-1).tolist()
+            infos["reward"].extend(scores)
+            for key, values in result.get("reward_extra_info", {}).items():
+                infos.setdefault(key, []).extend(values)
+            sources.extend(batch.non_tensor_batch[self.config.data.reward_fn_key].tolist())
+            uids.extend(batch.non_tensor_batch["uid"].tolist())
+            inputs.extend(self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True))
+            outputs.extend(_decode_responses(self.tokenizer, batch))
+        metrics = flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+        n_logged = self.config.trainer.log_val_generations
+        if n_logged > 0:
+            self.tracker.log_generations(select_generations(inputs, outputs, infos["reward"], n_logged), step)
+        return metrics
+
+
+def _decode_responses(tokenizer: Any, batch: DataProto) -> list[str]:
+    lengths = batch.batch["response_mask"].sum(-1).tolist()
+    responses = batch.batch["responses"]
+    return [tokenizer.decode(responses[i, : int(n)], skip_special_tokens=True) for i, n in enumerate(lengths)]

@@ -1,0 +1,157 @@
+"""The embedded default: a built-in arithmetic task and a tiny model, created on first use.
+
+``python -m verl.trainer.main_ppo`` with no arguments trains on these. Both live in the
+cache dir ``$VERL_CACHE_DIR`` (default ``~/.cache/verl``) and are written atomically (a
+temporary dir, then a rename), so an interrupted first run leaves nothing half-written.
+
+The model is a Qwen2-architecture transformer (about 0.8M parameters) over a character
+vocabulary of the digits, ``+``, ``=`` and three special tokens. It is warmed up with a
+short SFT on the task so that RL starts with some signal (greedy accuracy around 0.2),
+then saved as a normal Hugging Face model directory (config, safetensors, tokenizer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CACHE_DIR_EXPR = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}"
+BUILTIN_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith"
+BUILTIN_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/train.parquet"
+BUILTIN_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/test.parquet"
+
+CHAR_VOCAB = ["<pad>", "<eos>", "<unk>", *"0123456789", "+", "="]
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+SFT_STEPS = 40
+SFT_SEED = 0
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("VERL_CACHE_DIR", "~/.cache/verl")).expanduser()
+
+
+def builtin_model_dir() -> Path:
+    return cache_dir() / "models" / "tiny-qwen2-arith"
+
+
+def builtin_data_dir() -> Path:
+    return cache_dir() / "data" / "arith"
+
+
+def is_builtin_model(path: str) -> bool:
+    return Path(path).expanduser().resolve() == builtin_model_dir().resolve()
+
+
+def ensure_builtin_data(*paths: str) -> None:
+    """Write the arithmetic task's parquet files if ``paths`` point at them and they are missing."""
+    data_dir = builtin_data_dir().resolve()
+    wanted = [Path(p).expanduser().resolve() for p in paths]
+    if not any(p.parent == data_dir and not p.exists() for p in wanted):
+        return
+    from verl.utils.dataset.arith import write_arith_parquet
+
+    logger.info("writing the built-in arithmetic task to %s", data_dir)
+    write_arith_parquet(str(data_dir), train_size=10_000, test_size=200, seed=0)
+
+
+def ensure_builtin_model(path: str) -> None:
+    """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
+    if not is_builtin_model(path) or (builtin_model_dir() / "config.json").exists():
+        return
+    target = builtin_model_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("building the built-in tiny model in %s (one-time SFT warm-up)", target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-tiny-"))
+    try:
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_qwen2(tokenizer)
+        sft_warmup(model, tokenizer, steps=SFT_STEPS, seed=SFT_SEED)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp)
+            return
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def build_char_tokenizer():
+    """A fast tokenizer with one token per character of :data:`CHAR_VOCAB`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(CHAR_VOCAB)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_qwen2(tokenizer, seed: int = SFT_SEED):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(CHAR_VOCAB),
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def sft_warmup(model, tokenizer, steps: int, seed: int, batch_size: int = 64, lr: float = 1e-3) -> None:
+    """A brief supervised warm-up on the task: cross-entropy on the answer and EOS only."""
+    from verl.utils.dataset.arith import make_arith_rows
+
+    rows = make_arith_rows(num_rows=steps * batch_size, seed=seed + 1, split="sft")
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        batch = rows[step * batch_size : (step + 1) * batch_size]
+        input_ids, labels, mask = _sft_tensors(batch, tokenizer)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def _sft_tensors(rows: list[dict], tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded prompt+answer+EOS ids, labels masked to the answer, attention mask."""
+    sequences, label_rows = [], []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"]
+        answer_ids = [*answer_ids, tokenizer.eos_token_id]
+        sequences.append(prompt_ids + answer_ids)
+        label_rows.append([-100] * len(prompt_ids) + answer_ids)
+    width = max(len(s) for s in sequences)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
+    labels = torch.tensor([lbl + [-100] * (width - len(lbl)) for lbl in label_rows])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
+    return input_ids, labels, mask

@@ -1,0 +1,193 @@
+"""``ActorRolloutRefWorker``: the policy's roles, enabled by ``role``.
+
+* ``actor``: trains the policy (a :class:`TrainEngine`);
+* ``rollout``: generates (a :class:`Rollout` backend);
+* ``ref``: the frozen reference policy (an inference-only engine).
+
+``role="actor_rollout_ref"`` (or ``"actor_rollout"``) colocates them in one process per
+device: the hybrid engine. After each actor update the new weights go to the rollout in
+process (:meth:`sync_rollout_weights`); the version counter travels with every sample.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller import Dispatch, Worker, register
+from verl.trainer.config.actor import ActorRolloutRefConfig
+from verl.trainer.ppo.actor_loss import compute_actor_loss
+from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
+from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.micro_batch import restore_order, split_micro_batches
+from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
+from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
+from verl.workers.rollout import build_rollout
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+ACTOR_LOSS_KEYS = ["old_log_probs", "advantages", "response_mask", "ref_log_prob", "rollout_log_probs"]
+
+
+class ActorRolloutRefWorker(Worker):
+    def __init__(self, config: ActorRolloutRefConfig, role: str = "actor_rollout_ref") -> None:
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+        self.config = config
+        self.role = role
+        self.is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self.is_ref = role in ("ref", "actor_rollout_ref")
+        self.actor = self.ref = self.rollout = None
+        self.version = 0
+
+    # ------------------------------------------------------------------ setup
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        self.init_process_group()
+        model_cfg = self.config.model
+        torch.manual_seed(self.config.rollout.seed + self.rank)
+        self.tokenizer = load_tokenizer(
+            model_cfg.tokenizer_path or model_cfg.path,
+            model_cfg.trust_remote_code,
+            model_cfg.gguf_file,
+            model_cfg.custom_chat_template,
+        )
+        if self.is_actor:
+            actor_cfg = self.config.actor
+            self.actor = FSDPEngine(
+                load_causal_lm(model_cfg),
+                self.device,
+                actor_cfg.fsdp_config,
+                optim=actor_cfg.optim,
+                grad_clip=actor_cfg.grad_clip,
+                gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
+            )
+            self.shuffle_generator = torch.Generator().manual_seed(
+                (actor_cfg.data_loader_seed or 0) + self.rank
+            )
+        if self.is_ref:
+            self.ref = FSDPEngine(load_causal_lm(model_cfg), self.device, self.config.ref.fsdp_config)
+        if self.is_rollout:
+            dtype = getattr(torch, self.config.rollout.dtype) if self.device.type == "cuda" else torch.float32
+            self.rollout = build_rollout(
+                self.config.rollout,
+                load_causal_lm(model_cfg, dtype=dtype),
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_ids=eos_token_ids(self.tokenizer, model_cfg.path),
+                device=self.device,
+                seed=self.config.rollout.seed + self.rank,
+            )
+
+    # ------------------------------------------------------------------ rollout
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        self.rollout.wake_up()
+        out = self.rollout.generate_sequences(prompts)
+        self.rollout.sleep()
+        return out
+
+    def sync_rollout_weights(self) -> None:
+        """Push the actor's current weights into the colocated rollout, as a new version."""
+        self.version += 1
+        self.rollout.update_weights(self.actor.full_state_dict(), self.version)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_version(self) -> int:
+        return self.version
+
+    # ------------------------------------------------------------------ log-probs
+    def _log_probs(
+        self,
+        engine: FSDPEngine,
+        data: DataProto,
+        micro: int | None,
+        dynamic: bool,
+        max_tokens: int,
+        entropy: bool,
+    ):
+        temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
+        micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
+        outs = engine.infer(micro_batches, lambda m, b: response_log_probs(m, b, temperature, entropy))
+        return {key: restore_order([o[key] for o in outs], groups) for key in outs[0]}
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` of the responses under the current actor."""
+        cfg = self.config.rollout
+        out = self._log_probs(
+            self.actor,
+            data,
+            cfg.log_prob_micro_batch_size_per_gpu,
+            cfg.log_prob_use_dynamic_bsz,
+            cfg.log_prob_max_token_len_per_gpu,
+            True,
+        )
+        return DataProto.from_dict({"old_log_probs": out["log_probs"], "entropys": out["entropys"]})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` of the responses under the frozen reference policy."""
+        cfg = self.config.ref
+        out = self._log_probs(
+            self.ref,
+            data,
+            cfg.log_prob_micro_batch_size_per_gpu,
+            cfg.log_prob_use_dynamic_bsz,
+            cfg.log_prob_max_token_len_per_gpu,
+            False,
+        )
+        return DataProto.from_dict({"ref_log_prob": out["log_probs"]})
+
+    # ------------------------------------------------------------------ training
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """PPO epochs over the batch, then one LR-schedule step and a weight sync to the rollout."""
+        cfg = self.config.actor
+        temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
+        with_entropy = cfg.entropy_coeff != 0
+
+        def loss_fn(module, micro):
+            out = response_log_probs(module, micro, temperature, with_entropy)
+            return compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
+
+        spec = UpdateSpec(
+            mini_batch_rows=rows_per_rank(
+                cfg.ppo_mini_batch_size, self.config.rollout.n, self.world_size, "ppo_mini_batch_size"
+            ),
+            micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz=cfg.use_dynamic_bsz,
+            max_token_len=cfg.ppo_max_token_len_per_gpu,
+            epochs=cfg.ppo_epochs,
+            shuffle=cfg.shuffle,
+        )
+        keys = POLICY_INPUT_KEYS + [k for k in ACTOR_LOSS_KEYS if k in data.batch.keys()]
+        metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
+        metrics["lr"] = self.actor.lr_scheduler_step()
+        if self.rollout is not None:
+            self.sync_rollout_weights()
+        return DataProto(meta_info={"metrics": prefixed(metrics, "actor")})
+
+    # ------------------------------------------------------------------ checkpoints
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, folder: str) -> None:
+        """Write the actor's shard (model, optimizer, LR schedule) and this rank's RNG states."""
+        contents = self.config.actor.checkpoint.save_contents
+        self.actor.save(folder, contents)
+        state = {"version": self.version, "shuffle_generator": self.shuffle_generator.get_state()}
+        if self.rollout is not None:
+            state["rollout"] = self.rollout.state_dict()
+        torch.save(state, os.path.join(folder, f"worker_rank_{self.rank}.pt"))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, folder: str) -> None:
+        self.actor.load(folder, self.config.actor.checkpoint.load_contents)
+        state = torch.load(os.path.join(folder, f"worker_rank_{self.rank}.pt"), weights_only=False)
+        self.shuffle_generator.set_state(state["shuffle_generator"])
+        if self.rollout is not None:
+            self.rollout.load_state_dict(state["rollout"])
+            self.version = state["version"] - 1
+            self.sync_rollout_weights()
+        self.version = state["version"]

@@ -1,0 +1,92 @@
+"""``CriticWorker``: the value model for GAE/PPO (``compute_values``, ``update_critic``)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller import Dispatch, Worker, register
+from verl.trainer.config.critic import CriticConfig
+from verl.trainer.ppo.actor_loss import compute_critic_loss
+from verl.utils.model import load_value_model
+from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.micro_batch import restore_order, split_micro_batches
+from verl.workers.forward import POLICY_INPUT_KEYS, response_values
+from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
+
+CRITIC_LOSS_KEYS = ["values", "returns", "response_mask"]
+
+
+class CriticWorker(Worker):
+    def __init__(self, config: CriticConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.engine: FSDPEngine | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        self.init_process_group()
+        cfg = self.config
+        torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
+        self.engine = FSDPEngine(
+            load_value_model(cfg.model),
+            self.device,
+            cfg.model.fsdp_config,
+            optim=cfg.optim,
+            grad_clip=cfg.grad_clip,
+            gradient_checkpointing=cfg.model.enable_gradient_checkpointing,
+        )
+        self.shuffle_generator = torch.Generator().manual_seed(self.rank)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        cfg = self.config
+        micro_batches, groups = split_micro_batches(
+            data,
+            POLICY_INPUT_KEYS,
+            cfg.forward_micro_batch_size_per_gpu,
+            cfg.use_dynamic_bsz,
+            cfg.forward_max_token_len_per_gpu,
+        )
+        outs = self.engine.infer(micro_batches, lambda m, b: {"values": response_values(m, b)})
+        values = restore_order([o["values"] for o in outs], groups)
+        return DataProto.from_dict({"values": values * data.batch["response_mask"]})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        cfg = self.config
+
+        def loss_fn(module, micro):
+            return compute_critic_loss(response_values(module, micro), micro, cfg)
+
+        spec = UpdateSpec(
+            mini_batch_rows=rows_per_rank(
+                cfg.ppo_mini_batch_size, cfg.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
+            ),
+            micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz=cfg.use_dynamic_bsz,
+            max_token_len=cfg.ppo_max_token_len_per_gpu,
+            epochs=cfg.ppo_epochs,
+            shuffle=cfg.shuffle,
+        )
+        metrics = run_ppo_updates(
+            self.engine, data, POLICY_INPUT_KEYS + CRITIC_LOSS_KEYS, spec, loss_fn, self.shuffle_generator
+        )
+        metrics["lr"] = self.engine.lr_scheduler_step()
+        return DataProto(meta_info={"metrics": prefixed(metrics, "critic")})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, folder: str) -> None:
+        self.engine.save(folder, self.config.checkpoint.save_contents)
+        torch.save(
+            {"shuffle_generator": self.shuffle_generator.get_state()},
+            os.path.join(folder, f"worker_rank_{self.rank}.pt"),
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, folder: str) -> None:
+        self.engine.load(folder, self.config.checkpoint.load_contents)
+        state = torch.load(os.path.join(folder, f"worker_rank_{self.rank}.pt"), weights_only=False)
+        self.shuffle_generator.set_state(state["shuffle_generator"])

@@ -1,0 +1,66 @@
+"""``TrainEngine``: the narrow interface every role trains and infers through.
+
+A worker (actor, critic, reference) never touches parallelism, precision or optimizers
+directly. It hands the engine micro-batches and a function of ``(module, micro_batch)``:
+
+* :meth:`TrainEngine.infer` runs the function without gradients and returns its outputs;
+* :meth:`TrainEngine.train_step` runs it with gradients over all micro-batches of one
+  mini-batch (gradient accumulation), clips, and steps the optimizer;
+* :meth:`TrainEngine.full_state_dict` gathers full weights (for the rollout's weight sync
+  and for exporting); :meth:`save` / :meth:`load` write and read sharded checkpoints.
+
+Backends: :class:`verl.workers.engine.fsdp.FSDPEngine` (plain torch on one rank, FSDP2 on
+several; gloo on CPU, nccl on CUDA). Megatron-core would be another implementation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+MicroBatch = dict[str, torch.Tensor]
+ForwardFn = Callable[[nn.Module, MicroBatch], dict[str, torch.Tensor]]
+LossFn = Callable[[nn.Module, MicroBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+class TrainEngine(ABC):
+    """One model, its optimizer and LR schedule, on this rank's share of the devices."""
+
+    module: nn.Module
+
+    @abstractmethod
+    def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
+        """``forward_fn`` on each micro-batch under ``torch.no_grad()`` in eval mode."""
+
+    @abstractmethod
+    def train_step(
+        self, micro_batches: list[MicroBatch], loss_fn: LossFn, loss_weights: list[float]
+    ) -> dict[str, float]:
+        """Accumulate ``weight * loss`` gradients over micro-batches, clip, step the optimizer.
+
+        Returns the averaged loss metrics plus ``grad_norm`` and ``lr``. A non-finite gradient
+        norm skips the optimizer step (``update_skipped`` = 1).
+        """
+
+    @abstractmethod
+    def lr_scheduler_step(self) -> float:
+        """Advance the LR schedule by one training step; returns the new learning rate."""
+
+    @abstractmethod
+    def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (unsharded) parameters and buffers, one tensor at a time, on every rank."""
+
+    @abstractmethod
+    def save(self, folder: str, contents: list[str]) -> None:
+        """Write this rank's shard of ``contents`` (model, optimizer, extra) into ``folder``."""
+
+    @abstractmethod
+    def load(self, folder: str, contents: list[str]) -> None:
+        """Restore what :meth:`save` wrote (same rank count)."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}

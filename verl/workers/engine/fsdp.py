@@ -1,0 +1,181 @@
+"""The torch training engine: plain torch on one CPU rank, FSDP2 (``fully_shard``) otherwise.
+
+* CPU: fp32 everywhere; several ranks shard over gloo.
+* CUDA: fp32 master weights, bf16 compute (FSDP2 mixed precision), fp32 gradient reduction.
+
+Checkpoints use ``torch.distributed.checkpoint`` (DCP): every rank writes its shard, and
+DCP reshards on load, so a checkpoint also loads onto a different number of ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from verl.trainer.config.engine import FSDPConfig, OptimConfig
+from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
+from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+def apply_fsdp2(module: nn.Module, device_type: str, fsdp: FSDPConfig) -> nn.Module:
+    """Shard each transformer block (the model's ``_no_split_modules``), then the root."""
+    mp = None
+    if device_type == "cuda":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs = {"reshard_after_forward": fsdp.reshard_after_forward}
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    block_names = set(getattr(module, "_no_split_modules", None) or [])
+    for sub in module.modules():
+        is_block = type(sub).__name__ in block_names
+        big = (
+            fsdp.wrap_policy.min_num_params > 0
+            and sum(p.numel() for p in sub.parameters()) >= fsdp.wrap_policy.min_num_params
+        )
+        if sub is not module and (is_block or (not block_names and big)):
+            fully_shard(sub, **kwargs)
+    fully_shard(module, **kwargs)
+    return module
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+class FSDPEngine(TrainEngine):
+    """Train or run one HF module. ``optim=None`` makes an inference-only engine (the reference)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device: torch.device,
+        fsdp: FSDPConfig,
+        optim: OptimConfig | None = None,
+        grad_clip: float = 1.0,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        self.device = device
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.sharded = self.world_size > 1 or device.type == "cuda"
+        if gradient_checkpointing and optim is not None and hasattr(module, "gradient_checkpointing_enable"):
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        module.to(device)
+        self.module = apply_fsdp2(module, device.type, fsdp) if self.sharded else module
+        self.grad_clip = grad_clip
+        self.optimizer = build_optimizer(self.module.parameters(), optim) if optim is not None else None
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim) if optim is not None else None
+        if optim is None:
+            self.module.requires_grad_(False)
+
+    # ------------------------------------------------------------------ compute
+    def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
+        self.module.eval()
+        outputs = []
+        with torch.no_grad():
+            for micro in micro_batches:
+                out = forward_fn(self.module, self._to_device(micro))
+                outputs.append({k: v.detach().float().cpu() for k, v in out.items()})
+        return outputs
+
+    def train_step(
+        self, micro_batches: list[MicroBatch], loss_fn: LossFn, loss_weights: list[float]
+    ) -> dict[str, float]:
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without an optimizer (inference only)")
+        self.module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        for micro, weight in zip(micro_batches, loss_weights):
+            loss, metrics = loss_fn(self.module, self._to_device(micro))
+            (loss * weight).backward()
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value) * weight
+        grad_norm = float(_local(torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)))
+        skipped = not torch.isfinite(torch.tensor(grad_norm))
+        if skipped:
+            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        sums.update(grad_norm=grad_norm, update_skipped=float(skipped), lr=self.current_lr())
+        return sums
+
+    def lr_scheduler_step(self) -> float:
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        return self.current_lr()
+
+    def current_lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0
+
+    def _to_device(self, micro: MicroBatch) -> MicroBatch:
+        return {k: v.to(self.device, non_blocking=True) for k, v in micro.items()}
+
+    # ------------------------------------------------------------------ weights
+    def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self.module.state_dict().items():
+            yield name, _local(tensor).detach()
+
+    def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False, strict=True)
+        set_model_state_dict(self.module, state, options=options)
+
+    def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        """Full weights on CPU (every rank takes part; rank 0 gets them), for HF export."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.module, options=options)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, folder: str, contents: list[str]) -> None:
+        state = self._dcp_state(contents)
+        if state:
+            dcp.save(state, checkpoint_id=folder)
+        if "extra" in contents and self.lr_scheduler is not None:
+            torch.save(
+                {"lr_scheduler": self.lr_scheduler.state_dict()},
+                os.path.join(folder, f"extra_rank_{self.rank}.pt"),
+            )
+
+    def load(self, folder: str, contents: list[str]) -> None:
+        state = self._dcp_state(contents)
+        if state:
+            dcp.load(state, checkpoint_id=folder)
+            model_sd = state.get("model")
+            optim_sd = state.get("optimizer")
+            if optim_sd is not None:
+                set_state_dict(
+                    self.module, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
+                )
+            elif model_sd is not None:
+                set_model_state_dict(self.module, model_sd)
+        extra = os.path.join(folder, f"extra_rank_{self.rank}.pt")
+        if "extra" in contents and self.lr_scheduler is not None and os.path.exists(extra):
+            self.lr_scheduler.load_state_dict(torch.load(extra, weights_only=False)["lr_scheduler"])
+
+    def _dcp_state(self, contents: list[str]) -> dict:
+        optimizers = [self.optimizer] if self.optimizer is not None and "optimizer" in contents else []
+        model_sd, optim_sd = get_state_dict(self.module, optimizers)
+        state = {}
+        if "model" in contents:
+            state["model"] = model_sd
+        if optimizers:
+            state["optimizer"] = optim_sd
+        return state

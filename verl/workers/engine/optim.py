@@ -1,0 +1,46 @@
+"""AdamW and the LR schedules (linear warmup, then constant or cosine), as in verl."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from verl.trainer.config.engine import OptimConfig
+
+
+def build_optimizer(params, config: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        params, lr=config.lr, betas=tuple(config.betas), eps=config.eps, weight_decay=config.weight_decay
+    )
+
+
+def warmup_steps(config: OptimConfig) -> int:
+    """``lr_warmup_steps`` if non-negative, else ``lr_warmup_steps_ratio * total_training_steps``."""
+    if config.lr_warmup_steps >= 0:
+        return config.lr_warmup_steps
+    return int(config.lr_warmup_steps_ratio * max(config.total_training_steps, 0))
+
+
+def lr_multiplier(step: int, config: OptimConfig) -> float:
+    """Factor applied to ``lr`` after ``step`` scheduler steps.
+
+    ``constant``: ``step / warmup`` during warmup, then 1. ``cosine`` with floor
+    ``m = min_lr_ratio``: ``m + (1 - m) * step / warmup`` during warmup, then
+    ``m + (1 - m) * 0.5 * (1 + cos(2 pi num_cycles progress))`` where ``progress`` runs
+    from 0 to 1 over the remaining steps.
+    """
+    warmup = warmup_steps(config)
+    floor = config.min_lr_ratio or 0.0 if config.warmup_style == "cosine" else 0.0
+    if step < warmup:
+        return floor + (1.0 - floor) * step / max(1, warmup)
+    if config.warmup_style == "constant":
+        return 1.0
+    total = max(config.total_training_steps, warmup + 1)
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(2.0 * math.pi * config.num_cycles * progress))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) -> LambdaLR:
+    return LambdaLR(optimizer, lambda step: lr_multiplier(step, config))

@@ -1,0 +1,221 @@
+"""The ``hf`` rollout: batched generation with a KV cache on an in-process transformers model.
+
+The CPU default, and the reference implementation of :class:`Rollout`. It holds its own
+copy of the policy (weights synced from the actor after every update), samples with its
+own seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples the same
+tokens), and can take a weight update between two decoding steps: the KV cache is then
+rebuilt under the new weights and the remaining tokens carry the new version.
+
+``rollout_log_probs`` are recomputed after generation by one teacher-forced forward pass
+with the trainer's own function (:func:`verl.workers.forward.response_log_probs`), so they
+equal the trainer's log-probs bit for bit on CPU in fp32. The log-probs seen while
+decoding differ from them by float rounding of the cached attention; that gap is
+reported as ``rollout/decode_logprob_diff_max``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from verl.protocol import DataProto
+from verl.trainer.config.rollout import RolloutConfig
+from verl.utils.torch_functional import get_response_mask
+from verl.workers.engine.micro_batch import split_micro_batches
+from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
+from verl.workers.rollout.base import Rollout
+from verl.workers.rollout.sampling import SamplingParams, sample_tokens
+
+
+@dataclass
+class _Decoded:
+    responses: torch.Tensor
+    decode_log_probs: torch.Tensor
+    versions: torch.Tensor
+
+
+class HFRollout(Rollout):
+    def __init__(
+        self,
+        module: nn.Module,
+        config: RolloutConfig,
+        pad_token_id: int,
+        eos_token_ids: list[int],
+        device: torch.device,
+        seed: int,
+    ) -> None:
+        self.module = module.to(device).eval()
+        self.module.requires_grad_(False)
+        self.config = config
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = torch.tensor(eos_token_ids, device=device)
+        self.device = device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.version = 0
+        self._lock = threading.Lock()
+        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Stage the new weights; they are swapped in between decoding steps (or right now if idle)."""
+        staged = {name: t.detach().to(self.device, copy=True) for name, t in named_tensors}
+        with self._lock:
+            self._pending = (staged, version)
+        if not self._generating:
+            self._apply_pending()
+
+    _generating = False
+
+    def _apply_pending(self) -> bool:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        state, version = pending
+        own = self.module.state_dict()
+        missing = [k for k in own if k not in state]
+        if missing:
+            raise KeyError(f"weight update is missing {len(missing)} tensors, e.g. {missing[:3]}")
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(state[name])
+        self.version = version
+        return True
+
+    def state_dict(self) -> dict:
+        return {"version": self.version, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = state["version"]
+        self.generator.set_state(state["generator"])
+
+    # ------------------------------------------------------------------ generation
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        params = SamplingParams.resolve(self.config, prompts.meta_info)
+        chunks = prompts.split(max(1, self.config.max_num_seqs))
+        outputs = [self._generate_chunk(chunk, params) for chunk in chunks]
+        out = DataProto.concat(outputs)
+        out.meta_info = {"metrics": _merge_metrics([o.meta_info["metrics"] for o in outputs])}
+        return out
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: DataProto, params: SamplingParams) -> DataProto:
+        prompt_ids = prompts.batch["input_ids"].to(self.device)
+        prompt_mask = prompts.batch["attention_mask"].to(self.device)
+        prompt_pos = prompts.batch["position_ids"].to(self.device)
+        self._generating = True
+        try:
+            self._apply_pending()
+            decoded = self._decode(prompt_ids, prompt_mask, prompt_pos, params)
+        finally:
+            self._generating = False
+        return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params)
+
+    def _prefill(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[torch.Tensor, DynamicCache]:
+        cache = DynamicCache()
+        out = self.module(
+            input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
+        )
+        return out.logits[:, -1].float(), cache
+
+    def _decode(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, params: SamplingParams
+    ) -> _Decoded:
+        batch, length = ids.shape[0], params.response_length
+        responses = torch.full((batch, length), self.pad_token_id, dtype=ids.dtype, device=self.device)
+        log_probs = torch.zeros(batch, length, device=self.device)
+        versions = torch.full((batch, length), -1, dtype=torch.long, device=self.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        logits, cache = self._prefill(ids, mask, pos)
+        next_pos = pos[:, -1:] + 1
+        for t in range(length):
+            if self._apply_pending():  # new weights landed: rebuild the cache under them
+                all_ids = torch.cat([ids, responses[:, :t]], dim=1)
+                all_pos = torch.cat([pos, next_pos + torch.arange(t, device=self.device) - t], dim=1)
+                logits, cache = self._prefill(all_ids, mask, all_pos)
+            token, token_lp = sample_tokens(logits, params, self.generator)
+            token = torch.where(finished, self.pad_token_id, token)
+            responses[:, t], log_probs[:, t], versions[:, t] = token, token_lp, self.version
+            alive = ~finished
+            if not params.ignore_eos:
+                finished = finished | torch.isin(token, self.eos_token_ids)
+            if bool(finished.all()) or t == length - 1:
+                break
+            mask = torch.cat([mask, alive.long()[:, None]], dim=1)
+            out = self.module(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits, next_pos = out.logits[:, -1].float(), next_pos + 1
+        return _Decoded(responses, log_probs, versions)
+
+    def _assemble(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        prompt_pos: torch.Tensor,
+        decoded: _Decoded,
+        params: SamplingParams,
+    ) -> DataProto:
+        responses = decoded.responses
+        eos = self.eos_token_ids.tolist() if not params.ignore_eos else [-1]
+        response_mask = get_response_mask(responses, eos, dtype=prompt_mask.dtype)
+        steps = torch.arange(1, responses.shape[1] + 1, device=self.device)
+        versions = torch.where(response_mask.bool(), decoded.versions, -1)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
+            "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
+            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
+            "response_mask": response_mask,
+            "response_versions": versions,
+            "policy_version": decoded.versions[:, 0],
+        }
+        tensors = {k: v.cpu() for k, v in tensors.items()}
+        metrics: dict[str, float] = {}
+        if not params.validate:
+            recomputed = self._recompute_log_probs(tensors, params.temperature)
+            mask = response_mask.cpu().bool()
+            gap = (recomputed - decoded.decode_log_probs.cpu()).abs()[mask]
+            metrics["rollout/decode_logprob_diff_max"] = float(gap.max()) if gap.numel() else 0.0
+            tensors["rollout_log_probs"] = recomputed
+        return DataProto.from_dict(tensors, meta_info={"metrics": metrics})
+
+    def _recompute_log_probs(self, tensors: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        data = DataProto.from_dict({k: tensors[k] for k in POLICY_INPUT_KEYS})
+        micro_batches, _ = split_micro_batches(
+            data, POLICY_INPUT_KEYS, self.config.log_prob_micro_batch_size_per_gpu
+        )
+        outs = []
+        for micro in micro_batches:
+            micro = {k: v.to(self.device) for k, v in micro.items()}
+            outs.append(response_log_probs(self.module, micro, temperature)["log_probs"].float().cpu())
+        return torch.cat(outs, dim=0)
+
+    def sleep(self) -> None:
+        if self.device.type == "cuda":
+            self.module.to("cpu")
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        if self.device.type == "cuda":
+            self.module.to(self.device)
+
+
+def _merge_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    merged: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = max(merged.get(key, value), value)
+    return merged
