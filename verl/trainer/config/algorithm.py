@@ -1,0 +1,140 @@
+"""The ``algorithm.*`` section and ``actor_rollout_ref.actor.policy_loss.*``.
+
+Key names and defaults are verl's (``ppo_trainer.yaml`` and the DAPO recipe). The names
+of advantage estimators, policy losses and KL estimators are checked against the
+registries in :mod:`verl.trainer.ppo`, so a user-registered estimator or loss is accepted
+as soon as the module that registers it has been imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.trainer.config.base import check, check_choice
+
+KL_CTRL_TYPES = ("fixed", "adaptive")
+PF_PPO_METHODS = ("pow", "max_min", "max_random")
+
+
+@dataclass
+class KLControlConfig:
+    type: str = "fixed"
+    """KL coefficient controller for the in-reward penalty: fixed | adaptive (https://arxiv.org/abs/1909.08593)."""
+    kl_coef: float = 0.001
+    """Initial (or fixed) KL coefficient beta."""
+    horizon: int = 10000
+    """Adaptive controller: number of samples over which beta moves towards its target."""
+    target_kl: float = 0.1
+    """Adaptive controller: the KL value beta is steered to."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.type, KL_CTRL_TYPES, f"{path}.type")
+        check(self.kl_coef >= 0, f"{path}.kl_coef", "a non-negative number", self.kl_coef)
+        if self.type == "adaptive":
+            check(
+                self.horizon > 0,
+                f"{path}.horizon",
+                "a positive integer for the adaptive controller",
+                self.horizon,
+            )
+            check(self.target_kl > 0, f"{path}.target_kl", "a positive number", self.target_kl)
+
+
+@dataclass
+class FilterGroupsConfig:
+    enable: bool = False
+    """DAPO dynamic sampling: drop prompt groups whose responses all got the same metric value."""
+    metric: str | None = None
+    """Per-response value compared within a group: seq_reward, seq_final_reward, or a scorer output key (acc, score, ...)."""
+    max_num_gen_batches: int = 0
+    """Most generation batches drawn to fill one training batch; 0 or less means no limit."""
+
+    def validate(self, path: str) -> None:
+        if self.enable:
+            check(
+                bool(self.metric),
+                f"{path}.metric",
+                "a metric name when filter_groups.enable=True",
+                self.metric,
+            )
+
+
+@dataclass
+class PFPPOConfig:
+    reweight_method: str = "pow"
+    """How scores become resampling weights: pow (|score|^weight_pow) | max_min | max_random."""
+    weight_pow: float = 2.0
+    """Exponent of the pow method."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.reweight_method, PF_PPO_METHODS, f"{path}.reweight_method")
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = 1.0
+    """Discount factor (GAE and REINFORCE++)."""
+    lam: float = 1.0
+    """GAE lambda: bias/variance trade-off of the advantage (https://arxiv.org/abs/1506.02438)."""
+    adv_estimator: str = "gae"
+    """Advantage estimator: gae | grpo | grpo_passk | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg, or a registered name."""
+    norm_adv_by_std_in_grpo: bool = True
+    """GRPO: divide by the group std; False gives Dr.GRPO (https://arxiv.org/abs/2503.20783)."""
+    use_kl_in_reward: bool = False
+    """Subtract beta * KL(actor || ref) from the token rewards before computing advantages."""
+    kl_penalty: str = "kl"
+    """KL estimator of the in-reward penalty: kl|k1, abs, mse|k2, low_var_kl|k3 (and k1+, k3+)."""
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    """Controller of the in-reward KL coefficient."""
+    use_pf_ppo: bool = False
+    """Policy-filtration PPO (PF-PPO): resample the batch by reward after GAE (https://arxiv.org/abs/2409.06957)."""
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
+    """Options of pf-PPO resampling."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """DAPO dynamic sampling (https://arxiv.org/abs/2503.14476)."""
+
+    def validate(self, path: str) -> None:
+        # Imported here: the registries import this module for type hints.
+        from verl.trainer.ppo.advantages import ADV_ESTIMATOR_REGISTRY
+        from verl.trainer.ppo.kl import KL_PENALTY_TYPES
+
+        check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", "a number in [0, 1]", self.gamma)
+        check(0.0 <= self.lam <= 1.0, f"{path}.lam", "a number in [0, 1]", self.lam)
+        check_choice(self.adv_estimator, ADV_ESTIMATOR_REGISTRY, f"{path}.adv_estimator")
+        check_choice(self.kl_penalty, KL_PENALTY_TYPES, f"{path}.kl_penalty")
+        self.kl_ctrl.validate(f"{path}.kl_ctrl")
+        self.pf_ppo.validate(f"{path}.pf_ppo")
+        self.filter_groups.validate(f"{path}.filter_groups")
+
+
+# verl's class name, for code written against it.
+AlgoConfig = AlgorithmConfig
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = "vanilla"
+    """Policy loss: vanilla | gspo | clip_cov | kl_cov | gpg | geo_mean | cispo, or a registered name."""
+    clip_cov_ratio: float = 0.0002
+    """clip_cov: fraction of tokens whose gradient is detached (https://arxiv.org/abs/2505.22617)."""
+    clip_cov_lb: float = 1.0
+    """clip_cov: lower bound of the covariance for a token to be a candidate."""
+    clip_cov_ub: float = 5.0
+    """clip_cov: upper bound of the covariance for a token to be a candidate."""
+    kl_cov_ratio: float = 0.0002
+    """kl_cov: fraction of tokens (largest covariance) that get the KL penalty."""
+    ppo_kl_coef: float = 0.1
+    """kl_cov: coefficient of the |log-ratio| penalty on the selected tokens."""
+
+    def validate(self, path: str) -> None:
+        from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY
+
+        check_choice(self.loss_mode, POLICY_LOSS_REGISTRY, f"{path}.loss_mode")
+        check(self.clip_cov_ratio > 0, f"{path}.clip_cov_ratio", "a positive number", self.clip_cov_ratio)
+        check(
+            self.clip_cov_lb < self.clip_cov_ub,
+            f"{path}.clip_cov_lb",
+            f"less than clip_cov_ub={self.clip_cov_ub}",
+            self.clip_cov_lb,
+        )
+        check(self.kl_cov_ratio > 0, f"{path}.kl_cov_ratio", "a positive number", self.kl_cov_ratio)
