@@ -102,11 +102,11 @@ class RayPPOTrainer:
         if trainer.val_only:
             return {}
         metrics: dict[str, float] = {}
-        batches = self._batches()
+        self.batches = self._batches()
         with StepProgress(self.total_training_steps, initial_step=self.global_steps) as progress:
             while self.global_steps < self.total_training_steps:
                 self.global_steps += 1
-                metrics = self.train_step(next(batches))
+                metrics = self.train_step(next(self.batches))
                 metrics.update(self._maybe_validate())
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": self.epoch})
                 self.tracker.log(metrics, step=self.global_steps)
@@ -123,12 +123,8 @@ class RayPPOTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with timed("step", timing):
-            batch = self._repeat_prompts(batch)
-            with timed("gen", timing):
-                batch = self._generate(batch, metrics)
+            batch = self.rollout_phase(batch, metrics, timing)
             self._balance_batch(batch)
-            with timed("reward", timing):
-                self._compute_reward(batch, metrics)
             with timed("old_log_prob", timing):
                 self._compute_old_log_prob(batch, metrics)
             if self.config.use_reference:
@@ -151,6 +147,30 @@ class RayPPOTrainer:
         return metrics
 
     # ------------------------------------------------------------------ phases
+    def rollout_phase(
+        self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]
+    ) -> DataProto:
+        """Prompts in, scored responses out: repeat, generate, reward. Recipes override this
+        (e.g. DAPO keeps drawing ``next(self.batches)`` until enough groups carry signal)."""
+        if self.config.algorithm.adv_estimator == "remax":
+            with timed("gen_max", timing):
+                self._reward_baselines(batch)
+        batch = self._repeat_prompts(batch)
+        with timed("gen", timing):
+            batch = self._generate(batch, metrics)
+        with timed("reward", timing):
+            self._compute_reward(batch, metrics)
+        return batch
+
+    def _reward_baselines(self, batch: DataProto) -> None:
+        """ReMax: the reward of one greedy response per prompt is that prompt's baseline."""
+        prompts = batch.select(batch_keys=PROMPT_KEYS, non_tensor_batch_keys=[])
+        prompts.meta_info.update(global_steps=self.global_steps, do_sample=False)
+        greedy = self.actor_rollout_wg.generate_sequences(prompts)
+        greedy.meta_info.pop("metrics", None)
+        scored = batch.select(batch_keys=[]).union(greedy)
+        batch.batch["reward_baselines"] = self.reward_fn(scored, return_dict=True)["reward_tensor"].sum(-1)
+
     def _repeat_prompts(self, batch: DataProto) -> DataProto:
         """Give each prompt a uid (deterministic: step and row) and repeat it rollout.n times."""
         uids = [f"{self.global_steps}-{i}" for i in range(len(batch))]
