@@ -103,7 +103,7 @@ def test_verl_script_keys_are_accepted():
 
 
 def test_unknown_key_names_the_key():
-    with pytest.raises(ConfigCompositionException, match="actor_rollout_ref.actor.no_such_key"):
+    with pytest.raises(ConfigCompositionException, match=r"actor_rollout_ref\.actor\.no_such_key"):
         load_config(["actor_rollout_ref.actor.no_such_key=1"])
 
 
