@@ -41,6 +41,7 @@ NON_TENSOR_KEYS: dict[str, str] = {
     "ability": "task category from the dataset row (math, arithmetic, ...)",
     "raw_prompt": "the chat messages of the prompt (when data.return_raw_chat=True)",
     "raw_prompt_ids": "list of prompt token ids without padding (for server rollouts)",
+    "full_prompts": "the prompt text after the chat template (when data.return_full_prompt=True)",
     "index": "row index inside its dataset split",
 }
 
@@ -51,6 +52,9 @@ META_KEYS: dict[str, str] = {
     "do_sample": "False for greedy decoding (validation)",
     "validate": "True when generating for validation",
     "temperature": "sampling temperature used for generation and for log-prob recomputation",
+    "top_p": "nucleus sampling mass for this generation call (overrides the config)",
+    "top_k": "top-k for this generation call (overrides the config)",
+    "response_length": "maximum generated tokens for this generation call (overrides the config)",
     "global_steps": "the trainer's step counter",
     "global_token_num": "list of non-padding token counts per row (for throughput metrics)",
     "metrics": "dict of metrics a worker returns alongside its output",
