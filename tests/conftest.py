@@ -29,6 +29,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
+        os.environ.setdefault("RAY_worker_niceness", "0")
         pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
         ray.init(
             num_cpus=2,

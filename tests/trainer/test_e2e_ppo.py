@@ -21,6 +21,7 @@ SMALL_RUN = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.calculate_log_probs=True",
 ]
 
 

@@ -20,6 +20,7 @@ PROMPTS = ["3+4=", "9+9=", "1+0=", "5+7=", "2+2=", "8+1="]
 
 
 def make_rollout(builtin_assets, **overrides) -> tuple[HFRollout, object]:
+    overrides.setdefault("calculate_log_probs", True)
     config = load_config([f"actor_rollout_ref.rollout.{k}={v}" for k, v in overrides.items()])
     model_cfg = config.actor_rollout_ref.model
     tokenizer = load_tokenizer(model_cfg.path)

@@ -62,6 +62,13 @@ class PPOTrainerConfig:
             if hasattr(value, "validate"):
                 value.validate(section.name)
         self._check_batch_sizes()
+        cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
+        check(
+            cap <= 0 or self.actor_rollout_ref.rollout.calculate_log_probs,
+            "actor_rollout_ref.actor.tis_imp_ratio_cap",
+            "-1 unless actor_rollout_ref.rollout.calculate_log_probs=True (TIS needs the rollout's log-probs)",
+            cap,
+        )
 
     def _check_batch_sizes(self) -> None:
         actor, rollout = self.actor_rollout_ref.actor, self.actor_rollout_ref.rollout

@@ -101,7 +101,7 @@ class RolloutConfig:
     enable_chunked_prefill: bool = True
     """Chunked prefill (vllm)."""
     calculate_log_probs: bool = False
-    """Log the gap between generation-time and recomputed log-probs of the sampled tokens."""
+    """Return rollout_log_probs (behaviour log-probs of the sampled tokens; costs one forward pass)."""
     seed: int = 0
     """Seed of the sampling RNG (each rank adds its rank); saved in checkpoints for exact resume."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)

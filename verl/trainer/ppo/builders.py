@@ -36,6 +36,9 @@ def _as_list(files: Any) -> list[str]:
 def init_ray(config: PPOTrainerConfig) -> None:
     if ray.is_initialized():
         return
+    # Ray lowers worker priority (niceness 15) by default; here the workers do the heavy
+    # compute while the driver mostly waits, so keep them at normal priority.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "PYTHONPATH": os.getcwd()}
     for key in ("VERL_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if key in os.environ:

@@ -62,6 +62,8 @@ class RayPPOTrainer:
         self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
         builders.set_total_steps(config, self.total_training_steps)
         self.reward_fn, self.val_reward_fn = builders.build_reward_fns(config, self.tokenizer)
+        self.reward_fn.check_data_sources(self.data.train.dataset.data_source_locations())
+        self.val_reward_fn.check_data_sources(self.data.val_dataset.data_source_locations())
         self.tracker = builders.build_tracker(config)
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0

@@ -6,11 +6,12 @@ own seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples t
 tokens), and can take a weight update between two decoding steps: the KV cache is then
 rebuilt under the new weights and the remaining tokens carry the new version.
 
-``rollout_log_probs`` are recomputed after generation by one teacher-forced forward pass
-with the trainer's own function (:func:`verl.workers.forward.response_log_probs`), so they
-equal the trainer's log-probs bit for bit on CPU in fp32. The log-probs seen while
-decoding differ from them by float rounding of the cached attention; that gap is
-reported as ``rollout/decode_logprob_diff_max``.
+With ``rollout.calculate_log_probs`` (needed for off-policy correction), ``rollout_log_probs``
+are recomputed after generation by one teacher-forced forward pass with the trainer's own
+function (:func:`verl.workers.forward.response_log_probs`), so they equal the trainer's
+log-probs bit for bit on CPU in fp32. The log-probs seen while decoding differ from them by
+float rounding of the cached attention; that gap is reported as
+``rollout/decode_logprob_diff_max``.
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class HFRollout(Rollout):
         }
         tensors = {k: v.cpu() for k, v in tensors.items()}
         metrics: dict[str, float] = {}
-        if not params.validate:
+        if self.config.calculate_log_probs and not params.validate:
             recomputed = self._recompute_log_probs(tensors, params.temperature)
             mask = response_mask.cpu().bool()
             gap = (recomputed - decoded.decode_log_probs.cpu()).abs()[mask]

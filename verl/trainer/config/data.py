@@ -1,0 +1,124 @@
+"""The ``data.*`` section: which parquet files to train on and how prompts become token ids.
+
+Keys and defaults are verl's (``verl/trainer/config/data/legacy_data.yaml``). Keys that only
+matter for multi-modal data or for verl's worker-process data loader are accepted so that
+existing launch scripts keep working; their doc strings say they have no effect here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.trainer.config.base import check, check_choice
+
+__all__ = ["CustomDatasetClassConfig", "DataConfig"]
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+@dataclass
+class CustomDatasetClassConfig:
+    path: str | None = None
+    """File that defines a dataset class to use instead of RLHFDataset (None: the built-in one)."""
+    name: str | None = None
+    """Name of that class in the file; it is built as cls(data_files, tokenizer, config)."""
+
+    def validate(self, path: str) -> None:
+        check(
+            self.path is None or bool(self.name), f"{path}.name", "a class name when path is set", self.name
+        )
+
+
+@dataclass
+class DataConfig:
+    tokenizer: str | None = None
+    """Tokenizer name or path; None uses the model's (actor_rollout_ref.model.path)."""
+    use_shm: bool = False
+    """Accepted for compatibility; no effect (files are read from the local filesystem)."""
+    train_files: Any = "~/data/rlhf/gsm8k/train.parquet"
+    """Training parquet file, or a list of files that are concatenated in order."""
+    val_files: Any = "~/data/rlhf/gsm8k/test.parquet"
+    """Validation parquet file, or a list of files."""
+    train_max_samples: int = -1
+    """Use only the first N training rows (-1: all rows)."""
+    val_max_samples: int = -1
+    """Use only the first N validation rows (-1: all rows)."""
+    prompt_key: str = "prompt"
+    """Column that holds the chat messages of each prompt."""
+    reward_fn_key: str = "data_source"
+    """Column whose value picks the reward scorer for each row."""
+    max_prompt_length: int = 512
+    """Prompts are left-padded to this many tokens; longer ones follow data.truncation."""
+    max_response_length: int = 512
+    """Maximum number of generated tokens per response."""
+    train_batch_size: int = 1024
+    """Prompts per training step (before rollout.n responses are sampled for each)."""
+    val_batch_size: int | None = None
+    """Prompts per validation batch; None puts the whole validation set in one batch."""
+    return_raw_input_ids: bool = False
+    """Accepted for compatibility; raw_prompt_ids (unpadded prompt ids) are always returned."""
+    return_raw_chat: bool = False
+    """Also return the chat messages of each prompt as raw_prompt (for server rollouts, tools)."""
+    return_full_prompt: bool = False
+    """Also return the prompt text after the chat template as full_prompts."""
+    shuffle: bool = True
+    """Shuffle the training set each epoch (a permutation derived from data.seed and the epoch)."""
+    seed: int | None = None
+    """Seed of the shuffle; None uses 1, as verl does."""
+    dataloader_num_workers: int = 8
+    """Accepted for compatibility; no effect (the loader runs in-process so its position can be restored exactly)."""
+    validation_shuffle: bool = False
+    """Shuffle the validation set."""
+    filter_overlong_prompts: bool = False
+    """Drop prompts longer than max_prompt_length when the dataset is loaded."""
+    filter_overlong_prompts_workers: int = 1
+    """Accepted for compatibility; no effect (lengths are computed in one batched tokenizer call)."""
+    truncation: str = "error"
+    """What to do with a prompt longer than max_prompt_length: error | left | right | middle."""
+    image_key: str = "images"
+    """Accepted for compatibility; no effect (text-only datasets)."""
+    video_key: str = "videos"
+    """Accepted for compatibility; no effect (text-only datasets)."""
+    trust_remote_code: bool = False
+    """Allow a tokenizer that ships Python code."""
+    return_multi_modal_inputs: bool = True
+    """Accepted for compatibility; no effect (text-only datasets)."""
+    custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
+    """A user dataset class that replaces RLHFDataset."""
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking)."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.truncation, TRUNCATION_MODES, f"{path}.truncation")
+        for key in ("max_prompt_length", "max_response_length", "train_batch_size"):
+            value = getattr(self, key)
+            check(isinstance(value, int) and value > 0, f"{path}.{key}", "a positive integer", value)
+        check(
+            self.val_batch_size is None or self.val_batch_size > 0,
+            f"{path}.val_batch_size",
+            "null or a positive integer",
+            self.val_batch_size,
+        )
+        for key in ("train_max_samples", "val_max_samples"):
+            value = getattr(self, key)
+            check(value == -1 or value > 0, f"{path}.{key}", "-1 (all rows) or a positive integer", value)
+        check(bool(self.prompt_key), f"{path}.prompt_key", "a column name", self.prompt_key)
+        check(bool(self.reward_fn_key), f"{path}.reward_fn_key", "a column name", self.reward_fn_key)
+        check(
+            _is_file_list(self.train_files),
+            f"{path}.train_files",
+            "a file path or a non-empty list of paths",
+            self.train_files,
+        )
+        self.custom_cls.validate(f"{path}.custom_cls")
+
+
+def _is_file_list(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    try:
+        items = list(value)
+    except TypeError:
+        return False
+    return bool(items) and all(isinstance(item, str) and item for item in items)

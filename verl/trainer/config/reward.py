@@ -1,0 +1,144 @@
+"""The ``reward_model.*`` and ``custom_reward_function.*`` sections.
+
+Keys and defaults are verl's (``ppo_trainer.yaml``, ``reward_model/reward_model.yaml`` and the
+DAPO recipe's ``reward_model.overlong_buffer``). One section is this project's own:
+``reward_model.scoring`` sizes the process pool that runs rule scorers with a per-call timeout
+(see :mod:`verl.workers.reward.pool`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.trainer.config.base import check
+
+__all__ = [
+    "CustomRewardFunctionConfig",
+    "OverlongBufferConfig",
+    "RewardModelConfig",
+    "RewardModelModelConfig",
+    "SandboxFusionConfig",
+    "ScoringPoolConfig",
+]
+
+
+@dataclass
+class RewardModelModelConfig:
+    input_tokenizer: str | None = None
+    """Tokenizer of the policy, used to decode before applying the reward model's chat template; None: actor_rollout_ref.model.path."""
+    path: str = "~/models/FsfairX-LLaMA3-RM-v0.1"
+    """Reward model (a sequence-classification model) name or path."""
+    external_lib: str | None = None
+    """Python module to import before loading the model (registers custom architectures)."""
+    trust_remote_code: bool = False
+    """Allow a model that ships Python code."""
+
+
+@dataclass
+class SandboxFusionConfig:
+    url: str | None = None
+    """Accepted for compatibility; no effect (no code-execution scorers ship here)."""
+    max_concurrent: int = 64
+    """Accepted for compatibility; no effect."""
+    memory_limit_mb: int = 1024
+    """Accepted for compatibility; no effect."""
+
+
+@dataclass
+class OverlongBufferConfig:
+    enable: bool = False
+    """Penalise responses that run into the last `len` tokens before max_response_length (DAPO)."""
+    len: int = 0
+    """Size of the soft buffer in tokens; the penalty grows linearly across it."""
+    penalty_factor: float = 0.0
+    """Penalty at the very end of the buffer (the reward drops by up to this much)."""
+    log: bool = False
+    """Report overlong_reward and overlong per response in reward_extra_info."""
+
+    def validate(self, path: str) -> None:
+        check(self.len >= 0, f"{path}.len", "a non-negative integer", self.len)
+        check(
+            self.penalty_factor >= 0, f"{path}.penalty_factor", "a non-negative number", self.penalty_factor
+        )
+        check(
+            not self.enable or self.len > 0,
+            f"{path}.len",
+            "a positive buffer length when enable=True",
+            self.len,
+        )
+
+
+@dataclass
+class ScoringPoolConfig:
+    num_workers: int = 1
+    """Scorer processes; 0 scores in the driver process (errors are still caught, timeouts are not enforced)."""
+    timeout_s: float = 10.0
+    """Seconds one scorer call may take; a call past it scores 0, is counted in reward/timeouts, and its process is replaced."""
+
+    def validate(self, path: str) -> None:
+        check(self.num_workers >= 0, f"{path}.num_workers", "an integer >= 0", self.num_workers)
+        check(self.timeout_s > 0, f"{path}.timeout_s", "a positive number of seconds", self.timeout_s)
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = False
+    """Run a model-based reward model; False uses only the rule scorers / custom reward function."""
+    strategy: str = "fsdp"
+    """Training-engine backend of the reward-model worker."""
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    """The reward model to load when enable=True."""
+    micro_batch_size: int | None = None
+    """Deprecated global micro-batch size; use micro_batch_size_per_gpu."""
+    micro_batch_size_per_gpu: int | None = None
+    """Rows per forward pass on one device."""
+    max_length: int | None = None
+    """Maximum sequence length the reward model scores (None: no limit)."""
+    use_dynamic_bsz: bool = False
+    """Group micro-batches by token count instead of row count."""
+    forward_max_token_len_per_gpu: int = 32768
+    """Token budget of one micro-batch when use_dynamic_bsz=True."""
+    ulysses_sequence_parallel_size: int = 1
+    """Sequence-parallel size of the reward-model worker."""
+    reward_manager: str = "naive"
+    """Reward manager that turns responses into scores: naive | batch | dapo, or a registered name."""
+    launch_reward_fn_async: bool = False
+    """Compute rule rewards concurrently with the old-log-prob pass."""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the reward manager's constructor."""
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    """Remote code sandbox (verl); accepted for compatibility."""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """DAPO's soft overlong penalty (used by reward_manager=dapo)."""
+    scoring: ScoringPoolConfig = field(default_factory=ScoringPoolConfig)
+    """Process pool that runs the scorers with a per-call timeout."""
+
+    def validate(self, path: str) -> None:
+        check(
+            bool(self.reward_manager), f"{path}.reward_manager", "a reward manager name", self.reward_manager
+        )
+        self.overlong_buffer.validate(f"{path}.overlong_buffer")
+        self.scoring.validate(f"{path}.scoring")
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    path: str | None = None
+    """Python file that defines your scorer; None uses the built-in scorers chosen by data_source."""
+    name: str = "compute_score"
+    """Function in that file, called as fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)."""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to every call of the custom function."""
+
+    def validate(self, path: str) -> None:
+        if self.path is None:
+            return
+        check(
+            os.path.isfile(os.path.expanduser(self.path)),
+            f"{path}.path",
+            "an existing Python file",
+            self.path,
+        )
+        check(bool(self.name), f"{path}.name", "a function name", self.name)

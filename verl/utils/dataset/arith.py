@@ -1,0 +1,59 @@
+"""The built-in arithmetic task of the embedded default (``data_source="arith"``).
+
+Each prompt is a single user message ``"a+b="`` with ``a, b`` drawn uniformly from
+``[low, high]`` (single digits by default) and the ground truth is the decimal sum, e.g.
+``"3+4="`` -> ``"7"``. The prompt has no instruction text on purpose: the embedded tiny model's
+vocabulary is only digits, ``+``, ``=``, padding and EOS. The scorer is
+:func:`verl.utils.reward_score.arith.compute_score` (exact match after stripping whitespace).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from verl.utils.dataset.schema import make_row, write_splits
+
+__all__ = ["ARITH_DATA_SOURCE", "make_arith_rows", "write_arith_parquet"]
+
+ARITH_DATA_SOURCE = "arith"
+
+
+def make_arith_rows(
+    num_rows: int, seed: int, split: str, low: int = 0, high: int = 9
+) -> list[dict[str, Any]]:
+    """``num_rows`` schema rows of ``a+b=`` with operands in ``[low, high]``; deterministic in
+    ``(seed, split)`` so train and test draw different streams from one seed."""
+    if num_rows < 0:
+        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    if not 0 <= low <= high:
+        raise ValueError(f"operand range must satisfy 0 <= low <= high, got low={low}, high={high}")
+    # A string seed is hashed with SHA-512 by `random`, so the stream is stable across processes.
+    rng = random.Random(f"arith:{seed}:{split}")
+    rows = []
+    for index in range(num_rows):
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        rows.append(make_row(ARITH_DATA_SOURCE, f"{a}+{b}=", "arithmetic", str(a + b), split, index))
+    return rows
+
+
+def write_arith_parquet(
+    local_dir: str | os.PathLike,
+    train_size: int,
+    test_size: int,
+    seed: int,
+    low: int = 0,
+    high: int = 9,
+) -> tuple[Path, Path]:
+    """Write ``train.parquet`` and ``test.parquet`` under ``local_dir`` (each atomically: a temporary
+    file, then a rename); returns ``(train_path, test_path)``."""
+    paths = write_splits(
+        {
+            "train": make_arith_rows(train_size, seed, "train", low, high),
+            "test": make_arith_rows(test_size, seed, "test", low, high),
+        },
+        local_dir,
+    )
+    return paths["train"], paths["test"]

@@ -1,0 +1,93 @@
+"""Rule-based scorers, picked by each row's ``data_source``.
+
+``default_compute_score(data_source, solution_str, ground_truth, extra_info)`` is verl's entry
+point: it returns a float (1.0 correct, 0.0 wrong for every built-in scorer) and raises
+:class:`UnknownDataSourceError` for a data source no scorer handles. Known sources:
+
+==========================================================  ===================================
+data_source                                                 scorer
+==========================================================  ===================================
+``openai/gsm8k``, ``gsm8k``                                 :mod:`.gsm8k` (strict ``#### n``)
+``reasoning_gym/gsm_symbolic``, ``gsm_symbolic``            :mod:`.gsm8k` (strict ``#### n``)
+``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,  :mod:`.math` (``\\boxed{}``)
+``HuggingFaceH4/MATH-500``, ``math``
+``countdown``                                               :mod:`.countdown`
+``arith``                                                   :mod:`.arith` (the built-in task)
+==========================================================  ===================================
+
+Any other source needs ``custom_reward_function.path``. This package imports neither torch nor
+sympy at import time: it is loaded by every scorer process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from verl.utils.reward_score import arith, countdown, gsm8k
+from verl.utils.reward_score import math as math_score
+
+__all__ = [
+    "KNOWN_DATA_SOURCES",
+    "UnknownDataSourceError",
+    "default_compute_score",
+    "default_compute_score_batch",
+    "is_known_data_source",
+]
+
+
+class UnknownDataSourceError(NotImplementedError):
+    """No built-in scorer handles this data_source (and no custom reward function is set)."""
+
+
+_SCORERS: dict[str, Callable[[str, Any], float]] = {
+    "openai/gsm8k": gsm8k.compute_score,
+    "gsm8k": gsm8k.compute_score,
+    "reasoning_gym/gsm_symbolic": gsm8k.compute_score,
+    "gsm_symbolic": gsm8k.compute_score,
+    "lighteval/MATH": math_score.compute_score,
+    "DigitalLearningGmbH/MATH-lighteval": math_score.compute_score,
+    "HuggingFaceH4/MATH-500": math_score.compute_score,
+    "math": math_score.compute_score,
+    "countdown": countdown.compute_score,
+    "arith": arith.compute_score,
+}
+
+KNOWN_DATA_SOURCES: tuple[str, ...] = tuple(_SCORERS)
+"""Every data_source that :func:`default_compute_score` can score."""
+
+
+def is_known_data_source(data_source: str) -> bool:
+    """True when :func:`default_compute_score` has a scorer for ``data_source``."""
+    return data_source in _SCORERS
+
+
+def default_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> float:
+    """Score one response with the scorer registered for ``data_source``."""
+    scorer = _SCORERS.get(data_source)
+    if scorer is None:
+        raise UnknownDataSourceError(
+            f"no built-in scorer for data_source {data_source!r}; known: {sorted(_SCORERS)}. "
+            "Set custom_reward_function.path/name to score it with your own function."
+        )
+    return float(scorer(solution_str, ground_truth))
+
+
+def default_compute_score_batch(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[dict[str, Any] | None],
+    **kwargs: Any,
+) -> list[float]:
+    """The vectorised form used by the ``batch`` reward manager when no custom function is set."""
+    return [
+        default_compute_score(source, solution, truth, extra)
+        for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos)
+    ]
