@@ -136,6 +136,9 @@ class HFRollout(Rollout):
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         logits, cache = self._prefill(ids, mask, pos)
         next_pos = pos[:, -1:] + 1
+        # Asking "all finished?" waits for the GPU, which then idles while Python launches the
+        # next step; on CUDA ask every 8 steps (finished rows only emit padding meanwhile).
+        check_every = 8 if self.device.type == "cuda" else 1
         for t in range(length):
             if self._apply_pending():  # new weights landed: rebuild the cache under them
                 all_ids = torch.cat([ids, responses[:, :t]], dim=1)
@@ -144,12 +147,13 @@ class HFRollout(Rollout):
             token, token_lp = sample_tokens(logits, params, self.generator)
             token = torch.where(finished, self.pad_token_id, token)
             responses[:, t], log_probs[:, t], versions[:, t] = token, token_lp, self.version
-            alive = ~finished
             if not params.ignore_eos:
                 finished = finished | torch.isin(token, self.eos_token_ids)
-            if bool(finished.all()) or t == length - 1:
+            if t == length - 1 or (t % check_every == check_every - 1 and bool(finished.all())):
                 break
-            mask = torch.cat([mask, alive.long()[:, None]], dim=1)
+            # Finished rows keep attending (their outputs are discarded): a mask with holes
+            # would push SDPA off its fast kernels for the whole batch.
+            mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
             out = self.module(
                 input_ids=token[:, None],
                 attention_mask=mask,
@@ -205,12 +209,12 @@ class HFRollout(Rollout):
         return torch.cat(outs, dim=0)
 
     def sleep(self) -> None:
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and self.config.offload_weights:
             self.module.to("cpu")
             torch.cuda.empty_cache()
 
     def wake_up(self) -> None:
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and self.config.offload_weights:
             self.module.to(self.device)
 
 
