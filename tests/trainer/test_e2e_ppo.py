@@ -54,6 +54,8 @@ def test_grpo_two_ranks_with_kl_loss():
     # the hf rollout and the FSDP-sharded actor recompute the same log-probs bit for bit
     assert metrics["training/rollout_logprob_diff_max"] == 0.0
     assert metrics["timing_s/ref"] > 0
+    # memory of the worker process (a model of ~0.8M params plus torch: well over 100 MB)
+    assert metrics["perf/cpu_memory_used_gb"] > 0.1
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")

@@ -12,6 +12,7 @@ process (:meth:`sync_rollout_weights`); the version counter travels with every s
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -19,6 +20,7 @@ from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.ppo.actor_loss import compute_actor_loss
+from verl.trainer.ppo.metric_utils import compute_mfu, compute_perf_metrics
 from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
@@ -164,11 +166,23 @@ class ActorRolloutRefWorker(Worker):
             shuffle=cfg.shuffle,
         )
         keys = POLICY_INPUT_KEYS + [k for k in ACTOR_LOSS_KEYS if k in data.batch.keys()]
+        start = time.perf_counter()
         metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
+        metrics.update(self._perf_metrics(data, time.perf_counter() - start))
         metrics["lr"] = self.actor.lr_scheduler_step()
         if self.rollout is not None:
             self.sync_rollout_weights()
         return DataProto(meta_info={"metrics": prefixed(metrics, "actor")})
+
+    def _perf_metrics(self, data: DataProto, seconds: float) -> dict[str, float]:
+        """Memory of this process and the MFU of this rank's update (GPU only; the driver
+        reports rank 0's numbers)."""
+        lengths = data.batch["attention_mask"].sum(-1).tolist()
+        hf_config = getattr(self.actor.module, "config", None)
+        metrics = compute_perf_metrics()
+        if hf_config is not None and self.device.type == "cuda":
+            metrics.update(compute_mfu(hf_config, lengths, seconds, 1, self.config.actor.ppo_epochs))
+        return metrics
 
     # ------------------------------------------------------------------ checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
