@@ -113,6 +113,7 @@ class RayPPOTrainer:
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": self.epoch})
                 self.tracker.log(metrics, step=self.global_steps)
                 progress.update(metrics)
+        logger.info(self.validator.summary())
         return metrics
 
     def _batches(self) -> Iterator[DataProto]:

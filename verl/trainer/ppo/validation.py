@@ -37,6 +37,19 @@ class Validator:
         self.reward_fn = reward_fn
         self.tracker = tracker
         self.loader = loader
+        self.history: list[tuple[int, dict[str, float]]] = []
+
+    def summary(self) -> str:
+        """``val-core`` metrics of the first and the last validation: ``name: 0.315 (step 0) -> ...``."""
+        if not self.history:
+            return "no validation ran"
+        (first_step, first), (last_step, last) = self.history[0], self.history[-1]
+        lines = [
+            f"{key}: {first[key]:.3f} (step {first_step}) -> {last.get(key, float('nan')):.3f} (step {last_step})"
+            for key in sorted(first)
+            if key.startswith("val-core/")
+        ]
+        return "validation " + ("; ".join(lines) if lines else "ran without val-core metrics")
 
     def run(self, step: int) -> dict[str, float]:
         """Validate the current policy; logs sample generations when asked to."""
@@ -67,6 +80,7 @@ class Validator:
             inputs.extend(self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True))
             outputs.extend(_decode_responses(self.tokenizer, batch))
         metrics = flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+        self.history.append((step, metrics))
         n_logged = self.config.trainer.log_val_generations
         if n_logged > 0:
             self.tracker.log_generations(select_generations(inputs, outputs, infos["reward"], n_logged), step)
