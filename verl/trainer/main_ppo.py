@@ -22,6 +22,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from verl.single_controller import WorkerGroupError
 from verl.trainer.config.notes import log_config_notes
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig, to_typed_config
 from verl.trainer.ppo import builders
@@ -30,18 +31,38 @@ logger = logging.getLogger(__name__)
 
 
 def run_ppo(config: PPOTrainerConfig, overrides: list[str] | None = None) -> dict[str, float]:
-    """Build everything from ``config``, train, and always tear the workers down."""
+    """Build everything from ``config``, train, and always tear the workers down.
+
+    A worker that dies or hangs fails the run with an error naming role, rank, method and
+    phase, unless ``trainer.max_restarts`` allows rebuilding the workers and resuming from the
+    last checkpoint.
+    """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     builders.prepare_builtin_assets(config)
     builders.init_ray(config)
     log_config_notes(config, builders.resolve_device(config), overrides or [])
-    trainer = RayPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        return trainer.fit()
-    finally:
-        trainer.close()
+    max_restarts = config.trainer.max_restarts
+    for attempt in range(max_restarts + 1):
+        trainer = RayPPOTrainer(config)
+        try:
+            trainer.init_workers()
+            return trainer.fit()
+        except WorkerGroupError as error:
+            if attempt == max_restarts:
+                raise
+            logger.warning(
+                "restart %d/%d after a worker failure (%s): rebuilding the worker groups and resuming "
+                "from the last checkpoint in %s",
+                attempt + 1,
+                max_restarts,
+                str(error).splitlines()[0],
+                config.trainer.default_local_dir,
+            )
+            config.trainer.resume_mode = "auto"
+        finally:
+            trainer.close()
+    raise AssertionError("unreachable")
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)

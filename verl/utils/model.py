@@ -109,3 +109,29 @@ def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+def save_hf_files(module: nn.Module, tokenizer, target: str, state_dict: dict | None = None) -> None:
+    """``target``: the model's config, generation config and tokenizer, plus its weights as
+    safetensors when ``state_dict`` (full, on CPU) is given. Written to a temporary sibling and
+    renamed into place, so a reader never sees half a directory."""
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(target))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".hf-")
+    try:
+        if state_dict is not None:
+            module.save_pretrained(tmp, state_dict=state_dict)
+        else:
+            module.config.save_pretrained(tmp)
+            if getattr(module, "generation_config", None) is not None:
+                module.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -21,7 +21,7 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.ppo.actor_loss import compute_actor_loss
 from verl.trainer.ppo.metric_utils import compute_mfu, compute_perf_metrics
-from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
+from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer, save_hf_files
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
@@ -187,19 +187,36 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, folder: str) -> None:
-        """Write the actor's shard (model, optimizer, LR schedule) and this rank's RNG states."""
+        """Write the actor's shard (model, optimizer, LR schedule), this rank's RNG states and,
+        from rank 0, ``huggingface/`` (config + tokenizer; + weights if ``hf_model`` is asked)."""
         contents = self.config.actor.checkpoint.save_contents
+        os.makedirs(folder, exist_ok=True)
         self.actor.save(folder, contents)
-        state = {"version": self.version, "shuffle_generator": self.shuffle_generator.get_state()}
+        state = {
+            "version": self.version,
+            "shuffle_generator": self.shuffle_generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
         if self.rollout is not None:
             state["rollout"] = self.rollout.state_dict()
         torch.save(state, os.path.join(folder, f"worker_rank_{self.rank}.pt"))
+        full = self.actor.full_model_state_dict_on_cpu() if "hf_model" in contents else None
+        if self.rank == 0:
+            save_hf_files(self.actor.module, self.tokenizer, os.path.join(folder, "huggingface"), full)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, folder: str) -> None:
         self.actor.load(folder, self.config.actor.checkpoint.load_contents)
-        state = torch.load(os.path.join(folder, f"worker_rank_{self.rank}.pt"), weights_only=False)
+        path = os.path.join(folder, f"worker_rank_{self.rank}.pt")
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was written by fewer ranks than this run has "
+                f"({self.world_size}); exact resume needs the same number of ranks"
+            )
+        state = torch.load(path, weights_only=False)
         self.shuffle_generator.set_state(state["shuffle_generator"])
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
         if self.rollout is not None:
             self.rollout.load_state_dict(state["rollout"])
             self.version = state["version"] - 1

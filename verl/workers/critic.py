@@ -79,9 +79,10 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
         self.engine.save(folder, self.config.checkpoint.save_contents)
         torch.save(
-            {"shuffle_generator": self.shuffle_generator.get_state()},
+            {"shuffle_generator": self.shuffle_generator.get_state(), "torch_rng": torch.get_rng_state()},
             os.path.join(folder, f"worker_rank_{self.rank}.pt"),
         )
 
@@ -90,3 +91,4 @@ class CriticWorker(Worker):
         self.engine.load(folder, self.config.checkpoint.load_contents)
         state = torch.load(os.path.join(folder, f"worker_rank_{self.rank}.pt"), weights_only=False)
         self.shuffle_generator.set_state(state["shuffle_generator"])
+        torch.set_rng_state(state["torch_rng"])

@@ -62,6 +62,12 @@ class TrainerConfig:
     """Keep at most this many actor checkpoints (null: all)."""
     max_critic_ckpt_to_keep: int | None = None
     """Keep at most this many critic checkpoints (null: all)."""
+    max_restarts: int = 0
+    """When a worker dies or hangs: rebuild the worker groups and resume from the last
+    checkpoint, at most this many times (0: fail at once). Needs save_freq > 0 to lose little."""
+    max_consecutive_nan_steps: int = 5
+    """Stop with an error after this many steps in a row whose update was skipped for a
+    non-finite loss or gradient norm (each skip is a warning and counts in training/nan_skipped_steps)."""
     ray_wait_register_center_timeout: int = 300
     """Seconds to wait for worker processes to start."""
     worker_call_timeout_s: float = 3600.0
@@ -85,6 +91,13 @@ class TrainerConfig:
             check_choice(name, LOGGERS, f"{path}.logger")
         check(self.n_gpus_per_node >= 1, f"{path}.n_gpus_per_node", "at least 1", self.n_gpus_per_node)
         check(self.nnodes >= 1, f"{path}.nnodes", "at least 1", self.nnodes)
+        check(self.max_restarts >= 0, f"{path}.max_restarts", "0 or more", self.max_restarts)
+        check(
+            self.max_consecutive_nan_steps >= 1,
+            f"{path}.max_consecutive_nan_steps",
+            "at least 1",
+            self.max_consecutive_nan_steps,
+        )
         check(self.total_epochs >= 1, f"{path}.total_epochs", "at least 1", self.total_epochs)
         steps = self.total_training_steps
         check(steps is None or steps >= 1, f"{path}.total_training_steps", "null or at least 1", steps)

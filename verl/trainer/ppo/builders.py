@@ -39,7 +39,8 @@ def init_ray(config: PPOTrainerConfig) -> None:
     # Ray lowers worker priority (niceness 15) by default; here the workers do the heavy
     # compute while the driver mostly waits, so keep them at normal priority.
     os.environ.setdefault("RAY_worker_niceness", "0")
-    env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "PYTHONPATH": os.getcwd()}
+    pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+    env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "PYTHONPATH": pythonpath}
     for key in ("VERL_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if key in os.environ:
             env[key] = os.environ[key]

@@ -18,6 +18,7 @@ Each phase is one short method below, timed under its name (``timing_s/<phase>``
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,8 +27,9 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.single_controller import WorkerGroupError
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.trainer.ppo import builders
+from verl.trainer.ppo import builders, checkpoint
 from verl.trainer.ppo.advantages import compute_advantage
 from verl.trainer.ppo.kl import apply_kl_penalty, get_kl_controller
 from verl.trainer.ppo.metric_utils import (
@@ -46,8 +48,13 @@ PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 @contextmanager
 def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Time a phase under ``timing_s/<name>``; a worker failure inside it names the phase."""
     start = time.perf_counter()
-    yield
+    try:
+        yield
+    except WorkerGroupError as error:
+        error.add_note(f"(in phase {name!r})")
+        raise
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
@@ -68,6 +75,7 @@ class RayPPOTrainer:
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
         self.epoch = 0
+        self.nan_steps = {"consecutive": 0, "total": 0}
         self.wgs: dict = {}
         self.pool = None
 
@@ -99,17 +107,20 @@ class RayPPOTrainer:
     def fit(self) -> dict[str, float]:
         """Train for ``total_training_steps``; returns the last step's metrics."""
         trainer = self.config.trainer
-        if trainer.val_before_train or trainer.val_only:
+        self.batches = self._batches()
+        resumed = self._load_checkpoint()
+        if (trainer.val_before_train and not resumed) or trainer.val_only:
             self.tracker.log(self.validator.run(self.global_steps), step=self.global_steps)
         if trainer.val_only:
             return {}
         metrics: dict[str, float] = {}
-        self.batches = self._batches()
         with StepProgress(self.total_training_steps, initial_step=self.global_steps) as progress:
             while self.global_steps < self.total_training_steps:
                 self.global_steps += 1
                 metrics = self.train_step(next(self.batches))
+                metrics.update(self._check_nan_updates(metrics))
                 metrics.update(self._maybe_validate())
+                metrics.update(self._maybe_save_checkpoint())
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": self.epoch})
                 self.tracker.log(metrics, step=self.global_steps)
                 progress.update(metrics)
@@ -236,3 +247,82 @@ class RayPPOTrainer:
             metrics["timing_s/testing"] = timing["testing"]
             return metrics
         return {}
+
+    # ------------------------------------------------------------------ failures
+    def _check_nan_updates(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Count steps whose update was skipped for a non-finite loss or gradient norm."""
+        skipped = any(metrics.get(f"{role}/update_skipped", 0) > 0 for role in ("actor", "critic"))
+        self.nan_steps["consecutive"] = self.nan_steps["consecutive"] + 1 if skipped else 0
+        self.nan_steps["total"] += int(skipped)
+        limit = self.config.trainer.max_consecutive_nan_steps
+        if skipped:
+            logger.warning(
+                "step %d: non-finite loss or gradient norm, update skipped (%d in a row, limit %d)",
+                self.global_steps,
+                self.nan_steps["consecutive"],
+                limit,
+            )
+        if self.nan_steps["consecutive"] >= limit:
+            raise RuntimeError(
+                f"{limit} steps in a row (up to step {self.global_steps}) had a non-finite loss or "
+                f"gradient norm and were skipped (trainer.max_consecutive_nan_steps={limit}); check the "
+                "rewards, the learning rate and the data of these steps"
+            )
+        return {"training/nan_skipped_steps": self.nan_steps["total"]}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _maybe_save_checkpoint(self) -> dict[str, float]:
+        freq = self.config.trainer.save_freq
+        last = self.global_steps == self.total_training_steps
+        if freq > 0 and (self.global_steps % freq == 0 or last):
+            with timed("save_checkpoint", timing := {}):
+                self.save_checkpoint()
+            return {"timing_s/save_checkpoint": timing["save_checkpoint"]}
+        return {}
+
+    def save_checkpoint(self) -> str:
+        """``global_step_N/{actor,critic,driver.pt}``, then the pointer (the commit), then rotation."""
+        trainer = self.config.trainer
+        root = trainer.default_local_dir
+        folder = checkpoint.prepare_step_dir(root, self.global_steps)
+        self.actor_rollout_wg.save_checkpoint(os.path.join(folder, "actor"))
+        if self.critic_wg is not None:
+            self.critic_wg.save_checkpoint(os.path.join(folder, "critic"))
+        checkpoint.fault_point("kill_during_save", self.global_steps)
+        checkpoint.save_driver_state(folder, self._driver_state())
+        checkpoint.write_pointer(root, self.global_steps)
+        checkpoint.rotate(root, "actor", trainer.max_actor_ckpt_to_keep, self.global_steps)
+        checkpoint.rotate(root, "critic", trainer.max_critic_ckpt_to_keep, self.global_steps)
+        logger.info("saved checkpoint %s", folder)
+        return folder
+
+    def _driver_state(self) -> dict:
+        return {
+            "global_steps": self.global_steps,
+            "dataloader": self.data.train.state_dict(),
+            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "nan_steps": dict(self.nan_steps),
+            "validation_history": list(self.validator.history),
+            "rng": checkpoint.rng_state(),
+        }
+
+    def _load_checkpoint(self) -> bool:
+        """Resume as ``trainer.resume_mode`` says; True when a checkpoint was loaded."""
+        trainer = self.config.trainer
+        folder = checkpoint.resolve_resume_dir(
+            trainer.resume_mode, trainer.default_local_dir, trainer.resume_from_path
+        )
+        if folder is None:
+            return False
+        state = checkpoint.load_driver_state(folder)
+        self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"))
+        if self.critic_wg is not None:
+            self.critic_wg.load_checkpoint(os.path.join(folder, "critic"))
+        self.global_steps = state["global_steps"]
+        self.data.train.load_state_dict(state["dataloader"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.nan_steps = dict(state["nan_steps"])
+        self.validator.history = list(state["validation_history"])
+        checkpoint.set_rng_state(state["rng"])
+        logger.info("resumed from %s (step %d)", folder, self.global_steps)
+        return True
