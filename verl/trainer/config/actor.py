@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import II
 
 from verl.trainer.config.algorithm import PolicyLossConfig
-from verl.trainer.config.base import check, check_choice
+from verl.trainer.config.base import ConfigError, check, check_choice
 from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.trainer.config.rollout import RolloutConfig
 from verl.utils.builtin import BUILTIN_MODEL_PATH
@@ -51,6 +52,15 @@ class ModelConfig:
 
     def validate(self, path: str) -> None:
         check(self.lora_rank == 0, f"{path}.lora_rank", "0 (LoRA is not supported yet)", self.lora_rank)
+        if self.external_lib:
+            # imported here too (not only in the workers) so that the losses and estimators it
+            # registers are known when the rest of the config is checked
+            try:
+                importlib.import_module(self.external_lib)
+            except ImportError as error:
+                raise ConfigError(
+                    f"{path}.external_lib: cannot import {self.external_lib!r}: {error}"
+                ) from error
 
 
 @dataclass

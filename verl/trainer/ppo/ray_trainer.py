@@ -53,7 +53,8 @@ def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
     try:
         yield
     except WorkerGroupError as error:
-        error.add_note(f"(in phase {name!r})")
+        if not any(note.startswith("(in phase") for note in getattr(error, "__notes__", [])):
+            error.add_note(f"(in phase {name!r})")  # the innermost phase names it
         raise
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 

@@ -1,0 +1,78 @@
+"""Failures end runs clearly and quickly: a killed worker, restarts, NaN updates."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from tests.trainer.test_resume import finish, logged_steps, metric_stream, start
+from verl.trainer.config.ppo_trainer import load_config
+from verl.trainer.main_ppo import run_ppo
+
+
+def kill_a_worker_after(proc, workdir, step: int) -> float:
+    """SIGKILL one worker process once ``step`` is logged; returns the time of the kill."""
+    deadline = time.monotonic() + 240
+    while logged_steps(workdir) < step and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = [
+        p for p in psutil.Process(proc.pid).children(recursive=True) if "WorkerHost" in " ".join(p.cmdline())
+    ]
+    assert workers, "no worker process found"
+    workers[-1].kill()
+    return time.monotonic()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_the_run_fast_naming_role_rank_and_phase(tmp_path):
+    proc = start(
+        tmp_path, ["trainer.total_training_steps=50", "trainer.save_freq=-1", "trainer.test_freq=-1"]
+    )
+    killed_at = kill_a_worker_after(proc, tmp_path, 2)
+    code, out = finish(proc, timeout=120)
+    assert time.monotonic() - killed_at < 60
+    assert code != 0
+    assert "WorkerDiedError" in out and "role 'actor_rollout'" in out and "rank " in out
+    assert "(in phase '" in out
+
+
+@pytest.mark.slow
+def test_max_restarts_rebuilds_the_workers_and_completes(tmp_path):
+    proc = start(tmp_path, ["trainer.save_freq=1", "trainer.max_restarts=1"])
+    kill_a_worker_after(proc, tmp_path, 3)
+    code, out = finish(proc)
+    assert code == 0, out[-3000:]
+    assert "restart 1/1 after a worker failure" in out
+    assert "resumed from" in out
+    assert max(metric_stream(tmp_path)) == 6
+
+
+NAN_RUN = [
+    "trainer.n_gpus_per_node=1",
+    "trainer.val_before_train=False",
+    "trainer.test_freq=-1",
+    "trainer.logger=[console]",
+    "data.train_batch_size=4",
+    "data.val_max_samples=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
+    # a policy loss registered by a user module, imported in the workers, that returns NaN
+    "actor_rollout_ref.model.external_lib=tests.trainer.nan_loss_plugin",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=nan_for_tests",
+]
+
+
+def test_nan_updates_are_skipped_and_counted(ray_session, builtin_assets):
+    overrides = [*NAN_RUN, "trainer.total_training_steps=2", "trainer.max_consecutive_nan_steps=3"]
+    metrics = run_ppo(load_config(overrides), overrides)
+    assert metrics["actor/update_skipped"] == 1.0
+    assert metrics["training/nan_skipped_steps"] == 2
+    assert metrics["actor/grad_norm"] != metrics["actor/grad_norm"]  # NaN
+
+
+def test_too_many_nan_steps_in_a_row_stop_the_run(ray_session, builtin_assets):
+    overrides = [*NAN_RUN, "trainer.total_training_steps=5", "trainer.max_consecutive_nan_steps=2"]
+    with pytest.raises(RuntimeError, match=r"2 steps in a row \(up to step 2\).*max_consecutive_nan_steps=2"):
+        run_ppo(load_config(overrides), overrides)
