@@ -81,3 +81,18 @@ def test_merge_errors_name_what_is_missing(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="--dtype"):
         merge_fsdp_checkpoint(str(checkpoint), str(tmp_path / "out"), dtype="float99")
     assert not (tmp_path / "out").exists()
+
+
+def test_resume_on_another_rank_count_is_refused_with_a_way_out(checkpoint):
+    root = checkpoint.parent.parent
+    overrides = [
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=3",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={root}",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=4",
+    ]
+    with pytest.raises(ValueError, match="written by 2 ranks but this run has 1.*model_merger"):
+        run_ppo(load_config(overrides), overrides)

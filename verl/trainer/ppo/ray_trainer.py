@@ -300,6 +300,7 @@ class RayPPOTrainer:
     def _driver_state(self) -> dict:
         return {
             "global_steps": self.global_steps,
+            "world_size": self.world_size,
             "dataloader": self.data.train.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "nan_steps": dict(self.nan_steps),
@@ -316,6 +317,14 @@ class RayPPOTrainer:
         if folder is None:
             return False
         state = checkpoint.load_driver_state(folder)
+        saved_ranks = state.get("world_size", self.world_size)
+        if saved_ranks != self.world_size:
+            raise ValueError(
+                f"{folder} was written by {saved_ranks} ranks but this run has {self.world_size} "
+                "(trainer.nnodes x trainer.n_gpus_per_node); exact resume needs the same number. "
+                "To continue from its weights on another layout, export them with "
+                "`python -m verl.model_merger merge` and start a new run from that model"
+            )
         self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"))
         if self.critic_wg is not None:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"))
