@@ -37,14 +37,17 @@ def run_ppo(config: PPOTrainerConfig, overrides: list[str] | None = None) -> dic
     phase, unless ``trainer.max_restarts`` allows rebuilding the workers and resuming from the
     last checkpoint.
     """
+    from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
     builders.prepare_builtin_assets(config)
     builders.init_ray(config)
     log_config_notes(config, builders.resolve_device(config), overrides or [])
     max_restarts = config.trainer.max_restarts
     for attempt in range(max_restarts + 1):
-        trainer = RayPPOTrainer(config)
+        trainer = trainer_cls(config)
         try:
             trainer.init_workers()
             return trainer.fit()

@@ -28,7 +28,7 @@ from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
 from verl.workers.rollout import build_rollout
 
-ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
 ACTOR_LOSS_KEYS = ["old_log_probs", "advantages", "response_mask", "ref_log_prob", "rollout_log_probs"]
 
 
@@ -39,9 +39,9 @@ class ActorRolloutRefWorker(Worker):
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         self.config = config
         self.role = role
-        self.is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self.is_actor = role in ("actor", "actor_ref", "actor_rollout", "actor_rollout_ref")
         self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
-        self.is_ref = role in ("ref", "actor_rollout_ref")
+        self.is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
         self.actor = self.ref = self.rollout = None
         self.version = 0
 
@@ -99,6 +99,40 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_version(self) -> int:
         return self.version
+
+    # ------------------------------------------------------------------ weight publishing (async)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def publish_weights(self, version: int, weight_dir: str | None = None):
+        """Full weights of the actor as version ``version``: every rank takes part in the gather;
+        rank 0 returns a Ray object reference (in memory) or, with ``weight_dir``, the path of a
+        safetensors file written atomically there. Other ranks return None."""
+        import ray
+
+        state = {name: t.detach().cpu() for name, t in self.actor.full_state_dict()}
+        self.version = version
+        if self.rank != 0:
+            return None
+        if weight_dir is None:
+            return ray.put(state)
+        from safetensors.torch import save_file
+
+        os.makedirs(weight_dir, exist_ok=True)
+        path = os.path.join(weight_dir, f"policy_v{version}.safetensors")
+        tmp = f"{path}.tmp-{os.getpid()}"
+        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
+        os.replace(tmp, path)
+        return path
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def receive_weights(self, weights, version: int) -> None:
+        """Stage published weights (a dict, or a safetensors path) in the rollout; they replace
+        the old ones as a whole between two decoding steps, even mid-generation."""
+        if isinstance(weights, str):
+            from safetensors.torch import load_file
+
+            weights = load_file(weights)
+        self.rollout.update_weights(weights.items(), version)
+        self.version = version
 
     # ------------------------------------------------------------------ log-probs
     def _log_probs(

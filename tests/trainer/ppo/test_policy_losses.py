@@ -214,3 +214,23 @@ def test_kl_cov_penalises_the_top_covariance_token():
     assert_close(loss, torch.tensor(expected))
     assert metrics["actor/ppo_kl"] == pytest.approx(0.3 / 4)  # mean |log r|
     assert metrics["actor/pg_clipfrac"] == 0.0
+
+
+def test_truncated_is_weights_token_and_sequence_by_hand():
+    from verl.trainer.ppo.policy_losses import truncated_is_weights
+
+    prox = torch.tensor([[-1.0, -1.0, -2.0], [-0.5, -0.5, 0.0]])
+    behav = torch.tensor([[-1.0, -2.0, -2.0], [-1.0, -0.5, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    w, m = truncated_is_weights(prox, behav, mask, cap=2.0, level="token")
+    # token ratios: [1, e, 1] and [e^0.5, 1, 1]; e = 2.718 is truncated to 2
+    expected = torch.tensor([[1.0, 2.0, 1.0], [math.exp(0.5), 1.0, 1.0]])
+    torch.testing.assert_close(w, expected)
+    assert m["actor/tis_clipfrac"] == pytest.approx(1 / 5)
+    assert m["actor/tis_weight_mean"] == pytest.approx((1 + math.e + math.exp(0.5) + 1 + 1) / 5)
+    w, m = truncated_is_weights(prox, behav, mask, cap=2.0, level="sequence")
+    # sequence ratios: exp(0 + 1) = e -> 2 (row 0; the padded token does not count), exp(0.5) (row 1)
+    torch.testing.assert_close(w, torch.tensor([[2.0] * 3, [math.exp(0.5)] * 3]))
+    assert m["actor/tis_clipfrac"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="tis_level"):
+        truncated_is_weights(prox, behav, mask, cap=2.0, level="batch")

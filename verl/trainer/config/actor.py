@@ -100,7 +100,9 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     """KL estimator for the KL loss: kl|k1, abs, mse|k2, low_var_kl|k3 (+ variants k1+, k3+)."""
     tis_imp_ratio_cap: float = -1
-    """Truncated importance sampling cap on pi_old / pi_rollout per token (-1 disables; needs rollout log-probs)."""
+    """Truncated importance sampling cap on pi_old / pi_rollout (-1 disables; needs rollout log-probs)."""
+    tis_level: str = "token"
+    """Where the truncated importance weight is taken: token (per token) | sequence (product over the response)."""
     ppo_epochs: int = 1
     """Passes over the batch per training step."""
     shuffle: bool = False
@@ -119,6 +121,7 @@ class ActorConfig:
     """Which policy loss and its options."""
 
     def validate(self, path: str) -> None:
+        check_choice(self.tis_level, ("token", "sequence"), f"{path}.tis_level")
         check(
             self.ppo_mini_batch_size > 0,
             f"{path}.ppo_mini_batch_size",

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.config.algorithm import AlgorithmConfig
+from verl.trainer.config.async_training import AsyncTrainingConfig
 from verl.trainer.config.base import ConfigError, check
 from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import DataConfig
@@ -47,6 +48,8 @@ class PPOTrainerConfig:
     """Loop length, devices, logging, checkpoints."""
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
     """How Ray is started."""
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    """The asynchronous trainer (trainer.mode=async)."""
 
     @property
     def use_critic(self) -> bool:
@@ -62,12 +65,28 @@ class PPOTrainerConfig:
             if hasattr(value, "validate"):
                 value.validate(section.name)
         self._check_batch_sizes()
+        if self.trainer.mode == "async":
+            self._check_async()
         cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
         check(
             cap <= 0 or self.actor_rollout_ref.rollout.calculate_log_probs,
             "actor_rollout_ref.actor.tis_imp_ratio_cap",
             "-1 unless actor_rollout_ref.rollout.calculate_log_probs=True (TIS needs the rollout's log-probs)",
             cap,
+        )
+
+    def _check_async(self) -> None:
+        check(
+            self.actor_rollout_ref.rollout.calculate_log_probs,
+            "actor_rollout_ref.rollout.calculate_log_probs",
+            "True with trainer.mode=async (the off-policy correction needs the behaviour log-probs)",
+            False,
+        )
+        check(
+            self.algorithm.adv_estimator != "remax",
+            "algorithm.adv_estimator",
+            "not remax with trainer.mode=async (its greedy baseline rollout is synchronous)",
+            "remax",
         )
 
     def _check_batch_sizes(self) -> None:

@@ -12,6 +12,9 @@ LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 
 @dataclass
 class TrainerConfig:
+    mode: str = "sync"
+    """sync (the hybrid engine: rollout and actor share devices and take turns) | async (rollout on
+    its own pool, generating ahead of the trainer; see the async_training section)."""
     balance_batch: bool = True
     """Reorder rows so every data-parallel rank gets a similar number of tokens."""
     total_epochs: int = 30
@@ -79,6 +82,7 @@ class TrainerConfig:
 
     def validate(self, path: str) -> None:
         check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
+        check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
         if self.resume_mode == "resume_path":
             check(

@@ -146,6 +146,60 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
     return groups, pool
 
 
+def build_async_worker_groups(
+    config: PPOTrainerConfig, device: str
+) -> tuple[dict[str, Any], list[RayResourcePool]]:
+    """Split placement for the async trainer: the actor (+ref, +critic) on a ``trainer_pool`` of
+    ``nnodes x n_gpus_per_node`` processes; the rollout on its own ``rollout_pool`` of
+    ``nnodes x async_training.rollout_n_gpus`` processes, which take a weight update while they
+    generate (two calls at a time per process)."""
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from verl.workers.critic import CriticWorker
+
+    trainer = config.trainer
+    pools = []
+    groups: dict[str, Any] = {}
+    layouts = {
+        "trainer_pool": ([trainer.n_gpus_per_node] * trainer.nnodes, 1),
+        # generations queued ahead must leave a thread free for the weight update
+        "rollout_pool": (
+            [config.async_training.rollout_n_gpus] * trainer.nnodes,
+            config.async_training.max_staleness + 2,
+        ),
+    }
+    for name, (processes, concurrency) in layouts.items():
+        pool = RayResourcePool(
+            processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=trainer.cpus_per_worker
+        )
+        pools.append(pool)
+        if name == "trainer_pool":
+            role = "actor_ref" if config.use_reference else "actor"
+            class_dict = {
+                "actor": RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, role=role)
+            }
+            if config.use_critic:
+                class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
+        else:
+            class_dict = {
+                "rollout": RayClassWithInitArgs(
+                    ActorRolloutRefWorker, config.actor_rollout_ref, role="rollout"
+                )
+            }
+        groups.update(
+            create_colocated_worker_groups(
+                pool,
+                class_dict,
+                call_timeout_s=trainer.worker_call_timeout_s,
+                max_concurrency=concurrency,
+                setup_timeout_s=trainer.ray_wait_register_center_timeout,
+            )
+        )
+    for name in ("critic", "actor", "rollout"):
+        if name in groups:
+            groups[name].init_model()
+    return groups, pools
+
+
 def build_tracker(config: PPOTrainerConfig):
     from verl.utils.tracking import Tracking
 

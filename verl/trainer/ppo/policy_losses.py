@@ -111,12 +111,49 @@ def compute_policy_loss_vanilla(
     )
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
 
+    tis_metrics: dict[str, float] = {}
     if rollout_log_probs is not None and config.tis_imp_ratio_cap > 0:
-        tis_ratio = torch.clamp(torch.exp(old_log_prob - rollout_log_probs), max=config.tis_imp_ratio_cap)
+        tis_ratio, tis_metrics = truncated_is_weights(
+            old_log_prob,
+            rollout_log_probs,
+            response_mask,
+            config.tis_imp_ratio_cap,
+            getattr(config, "tis_level", "token"),
+        )
         pg_losses = pg_losses * tis_ratio
 
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    return pg_loss, _metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower)
+    return pg_loss, {**_metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower), **tis_metrics}
+
+
+def truncated_is_weights(
+    old_log_prob: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    cap: float,
+    level: str = "token",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance weights ``min(pi_prox / pi_behav, cap)`` (TIS,
+    https://fengyao.notion.site/off-policy-rl; decoupled PPO, AReaL https://arxiv.org/abs/2505.24298).
+
+    ``old_log_prob`` are the proximal log-probs (recomputed by the trainer), ``rollout_log_probs``
+    the behaviour ones (from the engine that sampled). ``level="token"``: one weight per token;
+    ``"sequence"``: ``exp(sum_t (prox_t - behav_t))`` over each response's tokens, broadcast to
+    them. Metrics: ``actor/tis_weight_mean`` (before truncation, over tokens or sequences) and
+    ``actor/tis_clipfrac`` (the fraction truncated).
+    """
+    if level == "token":
+        raw = torch.exp(old_log_prob - rollout_log_probs)
+        weights = torch.clamp(raw, max=cap)
+        mean, clipped = masked_mean(raw, response_mask), masked_mean((raw > cap).float(), response_mask)
+    elif level == "sequence":
+        log_w = ((old_log_prob - rollout_log_probs) * response_mask).sum(-1, keepdim=True)
+        raw = torch.exp(torch.clamp(log_w, max=LOG_RATIO_CLAMP))
+        weights = torch.clamp(raw, max=cap).expand_as(old_log_prob)
+        mean, clipped = raw.mean(), (raw > cap).float().mean()
+    else:
+        raise ValueError(f"actor.tis_level: expected token or sequence, got {level!r}")
+    return weights, {"actor/tis_weight_mean": float(mean), "actor/tis_clipfrac": float(clipped)}
 
 
 @register_policy_loss("gspo")

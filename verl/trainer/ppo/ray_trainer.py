@@ -78,11 +78,12 @@ class RayPPOTrainer:
         self.epoch = 0
         self.nan_steps = {"consecutive": 0, "total": 0}
         self.wgs: dict = {}
-        self.pool = None
+        self.pools: list = []
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
-        self.wgs, self.pool = builders.build_worker_groups(self.config, self.device)
+        self.wgs, pool = builders.build_worker_groups(self.config, self.device)
+        self.pools = [pool]
         self.actor_rollout_wg = self.wgs["actor_rollout"]
         self.critic_wg = self.wgs.get("critic")
         self.world_size = self.actor_rollout_wg.world_size
@@ -98,10 +99,10 @@ class RayPPOTrainer:
     def close(self) -> None:
         for fn in (self.reward_fn, self.val_reward_fn):
             fn.close()
-        if self.wgs:
-            next(iter(self.wgs.values())).shutdown()
-        if self.pool is not None:
-            self.pool.release()
+        for group in self.wgs.values():  # colocated groups share processes; killing twice is a no-op
+            group.shutdown()
+        for pool in self.pools:
+            pool.release()
         self.tracker.finish()
 
     # ------------------------------------------------------------------ the loop

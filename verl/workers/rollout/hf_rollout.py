@@ -59,6 +59,7 @@ class HFRollout(Rollout):
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.version = 0
         self._lock = threading.Lock()
+        self._generate_lock = threading.Lock()
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
 
     # ------------------------------------------------------------------ weights
@@ -97,6 +98,12 @@ class HFRollout(Rollout):
 
     # ------------------------------------------------------------------ generation
     def generate_sequences(self, prompts: DataProto) -> DataProto:
+        # one generation at a time (e.g. validation and an async rollout in two threads);
+        # weight updates never wait for it
+        with self._generate_lock:
+            return self._generate_sequences(prompts)
+
+    def _generate_sequences(self, prompts: DataProto) -> DataProto:
         params = SamplingParams.resolve(self.config, prompts.meta_info)
         chunks = prompts.split(max(1, self.config.max_num_seqs))
         outputs = [self._generate_chunk(chunk, params) for chunk in chunks]

@@ -1,0 +1,39 @@
+"""The ``async_training`` section: the asynchronous off-policy trainer (``trainer.mode=async``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verl.trainer.config.base import check, check_choice
+
+WEIGHT_TRANSPORTS = ("object_store", "filesystem")
+
+
+@dataclass
+class AsyncTrainingConfig:
+    max_staleness: int = 1
+    """How many policy versions a consumed sample may lag behind the weights being trained
+    (0: on-policy; the run then equals the synchronous trainer). Generation for step s starts
+    once version s-1-max_staleness is published, so the rollout works ahead of the trainer."""
+    rollout_n_gpus: int = 1
+    """Processes (devices) of the rollout pool, on each node; the trainer pool keeps
+    trainer.n_gpus_per_node of its own."""
+    drop_stale: bool = False
+    """Mask out samples older than max_staleness instead of failing (the producer's throttle
+    already prevents them; this guards against a lagging rollout)."""
+    weight_transport: str = "object_store"
+    """How the actor publishes weights to the rollout: object_store (in memory through Ray) or
+    filesystem (safetensors under weight_dir, for disaggregated machines)."""
+    weight_dir: str | None = None
+    """Directory for weight_transport=filesystem (shared by trainer and rollout machines)."""
+
+    def validate(self, path: str) -> None:
+        check(self.max_staleness >= 0, f"{path}.max_staleness", "0 or more", self.max_staleness)
+        check(self.rollout_n_gpus >= 1, f"{path}.rollout_n_gpus", "at least 1", self.rollout_n_gpus)
+        check_choice(self.weight_transport, WEIGHT_TRANSPORTS, f"{path}.weight_transport")
+        check(
+            self.weight_transport != "filesystem" or self.weight_dir is not None,
+            f"{path}.weight_dir",
+            "a directory when weight_transport=filesystem",
+            self.weight_dir,
+        )

@@ -1,0 +1,184 @@
+"""Asynchronous off-policy PPO/GRPO: the rollout generates ahead on its own pool while the actor trains.
+
+``trainer.mode=async``. Same phases as :class:`RayPPOTrainer` (it is one), two differences:
+
+* generation for step ``s`` is submitted as soon as policy version ``s-1-max_staleness`` is
+  published, so up to ``max_staleness`` batches are generated while the actor trains;
+* after each actor update the new weights are published (Ray object store, or safetensors
+  files) and staged in the rollout, which swaps them in between two decoding steps: a
+  response that spans an update carries per-token versions (``response_versions``).
+
+One step, for step ``s`` (the trainer holds policy version ``v = s - 1``)::
+
+    submit   generations for steps up to s + max_staleness      (rollout pool, non-blocking)
+    gen      wait for step s's responses; check staleness v - min(token versions) <= bound
+    reward, old_log_prob (proximal), ref, values, adv, update    (trainer pool, as in sync)
+    publish  weights v + 1 -> rollout                            (atomic swap between decode steps)
+
+The loss is the decoupled PPO objective: the PPO ratio is taken against the proximal
+log-probs the trainer recomputes (``old_log_probs``), and each token is weighted by the
+truncated importance weight ``min(pi_prox / pi_behav, actor.tis_imp_ratio_cap)`` with the
+behaviour log-probs from the rollout (``rollout_log_probs``). With ``max_staleness=0`` the
+run is numerically the synchronous one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.ppo import builders
+from verl.trainer.ppo.ray_trainer import PROMPT_KEYS, RayPPOTrainer, timed
+from verl.trainer.ppo.validation import Validator
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class InFlight:
+    """A generation submitted for ``step``: its prompts' other columns, the future of the
+    responses, and the data loader's position right after its prompts were drawn."""
+
+    step: int
+    batch: DataProto
+    future: Any
+    loader_state: dict
+
+
+def sample_staleness(
+    response_versions: torch.Tensor, current_version: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample: staleness ``current_version - oldest token version`` and the version span
+    (newest - oldest token version, > 0 when a weight update landed mid-sequence).
+    ``response_versions`` is ``[B, R]`` with -1 on padding."""
+    valid = response_versions >= 0
+    big = torch.iinfo(response_versions.dtype).max
+    oldest = torch.where(valid, response_versions, big).min(-1).values
+    newest = response_versions.max(-1).values
+    return current_version - oldest, newest - oldest
+
+
+class AsyncPPOTrainer(RayPPOTrainer):
+    def __init__(self, config: PPOTrainerConfig) -> None:
+        super().__init__(config)
+        self.async_cfg = config.async_training
+        self.policy_version = 0
+        self.staleness_seen: list[int] = []  # every consumed sample, in order
+        self._consumed_loader_state: dict | None = None
+        self._last_weight_file: str | None = None
+
+    def init_workers(self) -> None:
+        self.wgs, self.pools = builders.build_async_worker_groups(self.config, self.device)
+        self.actor_rollout_wg = self.wgs["actor"]  # the sync phases train on this group
+        self.rollout_wg = self.wgs["rollout"]
+        self.critic_wg = self.wgs.get("critic")
+        self.world_size = self.actor_rollout_wg.world_size
+        self.validator = Validator(
+            self.config, self.tokenizer, self.rollout_wg, self.val_reward_fn, self.tracker, self.data.val
+        )
+
+    # ------------------------------------------------------------------ producer
+    def _batches(self) -> Iterator[InFlight]:
+        """Step-ordered generations; called at the start of each step, it first tops up the
+        generations the staleness bound allows (up to step s + max_staleness)."""
+        prompts = super()._batches()
+        in_flight: deque[InFlight] = deque()
+        while True:
+            step = self.global_steps  # fit() has already counted the step about to run
+            newest = min(step + self.async_cfg.max_staleness, self.total_training_steps)
+            first = in_flight[-1].step + 1 if in_flight else step
+            for s in range(first, newest + 1):
+                in_flight.append(self._submit_generation(s, next(prompts)))
+            yield in_flight.popleft()
+
+    def _submit_generation(self, step: int, batch: DataProto) -> InFlight:
+        batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(batch))], dtype=object)
+        batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
+        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        prompts.meta_info.update(global_steps=step, do_sample=True)
+        future = self.rollout_wg.generate_sequences(prompts, blocking=False)
+        return InFlight(step, batch, future, self.data.train.state_dict())
+
+    # ------------------------------------------------------------------ phases
+    def rollout_phase(
+        self, pending: InFlight, metrics: dict[str, float], timing: dict[str, float]
+    ) -> DataProto:
+        """Wait for this step's responses (``timing_s/gen`` is the time the trainer waited),
+        score them, and check how stale they are."""
+        with timed("gen", timing):
+            output = pending.future.get()
+        metrics.update(output.meta_info.pop("metrics", {}))
+        batch = pending.batch
+        batch.union(output)
+        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        self._consumed_loader_state = pending.loader_state
+        with timed("reward", timing):
+            self._compute_reward(batch, metrics)
+        metrics.update(self._check_staleness(batch))
+        return batch
+
+    def _check_staleness(self, batch: DataProto) -> dict[str, float]:
+        staleness, span = sample_staleness(batch.batch["response_versions"], self.policy_version)
+        bound = self.async_cfg.max_staleness
+        stale = staleness > bound
+        if stale.any():
+            if not self.async_cfg.drop_stale:
+                raise RuntimeError(
+                    f"step {self.global_steps}: {int(stale.sum())} samples are {int(staleness.max())} versions "
+                    f"old, beyond async_training.max_staleness={bound} (set async_training.drop_stale=True "
+                    "to mask them out instead)"
+                )
+            batch.batch["response_mask"][stale] = 0  # they count in no loss and no advantage
+        self.staleness_seen.extend(staleness.tolist())
+        return {
+            "async/staleness_mean": float(staleness.float().mean()),
+            "async/staleness_max": float(staleness.max()),
+            "async/version_span_max": float(span.max()),
+            "async/mid_sequence_update_frac": float((span > 0).float().mean()),
+            "async/dropped_samples": float(stale.sum()),
+            "async/policy_version": float(self.policy_version),
+        }
+
+    def train_step(self, batch: InFlight) -> dict[str, float]:
+        metrics = super().train_step(batch)
+        if self.global_steps > self.config.trainer.critic_warmup:  # the actor changed
+            with timed("publish_weights", timing := {}):
+                self.policy_version += 1
+                self._publish_weights()
+            metrics["timing_s/publish_weights"] = timing["publish_weights"]
+        return metrics
+
+    def _publish_weights(self) -> None:
+        """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps)."""
+        cfg = self.async_cfg
+        weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
+        source = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
+        self.rollout_wg.receive_weights(source, self.policy_version)
+        if weight_dir is not None:
+            if self._last_weight_file is not None and os.path.exists(self._last_weight_file):
+                os.remove(self._last_weight_file)
+            self._last_weight_file = source
+
+    # ------------------------------------------------------------------ checkpoints
+    def _driver_state(self) -> dict:
+        """As in sync, but the data position is that of the last consumed batch: prompts drawn
+        for generations still in flight are drawn (and generated) again after a resume."""
+        state = super()._driver_state()
+        if self._consumed_loader_state is not None:
+            state["dataloader"] = self._consumed_loader_state
+        return state
+
+    def _load_checkpoint(self) -> bool:
+        resumed = super()._load_checkpoint()
+        self.policy_version = max(0, self.global_steps - self.config.trainer.critic_warmup)
+        self._publish_weights()  # the rollout starts from the actor's (possibly restored) weights
+        return resumed
