@@ -119,7 +119,7 @@ class ActorRolloutRefWorker(Worker):
         os.makedirs(weight_dir, exist_ok=True)
         path = os.path.join(weight_dir, f"policy_v{version}.safetensors")
         tmp = f"{path}.tmp-{os.getpid()}"
-        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
+        save_file({k: v.clone() for k, v in state.items()}, tmp)  # tied weights share storage
         os.replace(tmp, path)
         return path
 
