@@ -94,5 +94,5 @@ def test_resume_on_another_rank_count_is_refused_with_a_way_out(checkpoint):
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.n=4",
     ]
-    with pytest.raises(ValueError, match="written by 2 ranks but this run has 1.*model_merger"):
+    with pytest.raises(ValueError, match=r"written by 2 ranks but this run has 1.*model_merger"):
         run_ppo(load_config(overrides), overrides)

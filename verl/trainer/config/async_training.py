@@ -18,6 +18,8 @@ class AsyncTrainingConfig:
     rollout_n_gpus: int = 1
     """Processes (devices) of the rollout pool, on each node; the trainer pool keeps
     trainer.n_gpus_per_node of its own."""
+    rollout_cpus_per_worker: float | None = None
+    """CPU cores (and torch threads, on CPU) of each rollout process (null: trainer.cpus_per_worker)."""
     drop_stale: bool = False
     """Mask out samples older than max_staleness instead of failing (the producer's throttle
     already prevents them; this guards against a lagging rollout)."""

@@ -159,18 +159,19 @@ def build_async_worker_groups(
     trainer = config.trainer
     pools = []
     groups: dict[str, Any] = {}
+    async_cfg = config.async_training
+    rollout_cpus = async_cfg.rollout_cpus_per_worker or trainer.cpus_per_worker
     layouts = {
-        "trainer_pool": ([trainer.n_gpus_per_node] * trainer.nnodes, 1),
+        "trainer_pool": ([trainer.n_gpus_per_node] * trainer.nnodes, 1, trainer.cpus_per_worker),
         # generations queued ahead must leave a thread free for the weight update
         "rollout_pool": (
-            [config.async_training.rollout_n_gpus] * trainer.nnodes,
-            config.async_training.max_staleness + 2,
+            [async_cfg.rollout_n_gpus] * trainer.nnodes,
+            async_cfg.max_staleness + 2,
+            rollout_cpus,
         ),
     }
-    for name, (processes, concurrency) in layouts.items():
-        pool = RayResourcePool(
-            processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=trainer.cpus_per_worker
-        )
+    for name, (processes, concurrency, cpus) in layouts.items():
+        pool = RayResourcePool(processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus)
         pools.append(pool)
         if name == "trainer_pool":
             role = "actor_ref" if config.use_reference else "actor"
