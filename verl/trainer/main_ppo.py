@@ -30,8 +30,13 @@ from verl.trainer.ppo import builders
 logger = logging.getLogger(__name__)
 
 
-def run_ppo(config: PPOTrainerConfig, overrides: list[str] | None = None) -> dict[str, float]:
+def run_ppo(
+    config: PPOTrainerConfig, overrides: list[str] | None = None, trainer_cls: type | None = None
+) -> dict[str, float]:
     """Build everything from ``config``, train, and always tear the workers down.
+
+    ``trainer_cls`` is how a recipe brings its own driver (a subclass of ``RayPPOTrainer``);
+    by default ``trainer.mode`` picks the synchronous or the asynchronous trainer.
 
     A worker that dies or hangs fails the run with an error naming role, rank, method and
     phase, unless ``trainer.max_restarts`` allows rebuilding the workers and resuming from the
@@ -40,7 +45,8 @@ def run_ppo(config: PPOTrainerConfig, overrides: list[str] | None = None) -> dic
     from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
+    if trainer_cls is None:
+        trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
     builders.prepare_builtin_assets(config)
     builders.init_ray(config)

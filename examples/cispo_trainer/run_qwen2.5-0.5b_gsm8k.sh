@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# CISPO: clipped, detached importance weights on every token (docs/algorithms.md, cispo).
+#   bash examples/cispo_trainer/run_qwen2.5-0.5b_gsm8k.sh          # 1 GPU: Qwen2.5-0.5B-Instruct on GSM8K
+#   bash examples/cispo_trainer/run_qwen2.5-0.5b_gsm8k.sh cpu      # CPU: the embedded default
+set -euo pipefail
+source "$(dirname "$0")/../common.sh"
+ALGO=(
+  algorithm.adv_estimator=grpo
+  actor_rollout_ref.actor.policy_loss.loss_mode=cispo
+)
+launch "$@"

@@ -1,0 +1,25 @@
+"""Train with DAPO: ``python -m recipe.dapo.main_dapo [key=value ...]`` from the repository root.
+
+The whole recipe is this script, ``config/dapo_trainer.yaml`` (DAPO's keys over the standard
+config) and ``dapo_ray_trainer.py`` (the driver with dynamic sampling). The core never imports
+it; ``run_ppo`` takes the recipe's trainer class.
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from recipe.dapo.dapo_ray_trainer import RayDAPOTrainer
+from verl.trainer.config.ppo_trainer import to_typed_config
+from verl.trainer.main_ppo import run_ppo
+
+
+@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run_ppo(to_typed_config(cfg), list(HydraConfig.get().overrides.task), trainer_cls=RayDAPOTrainer)
+
+
+if __name__ == "__main__":
+    main()
