@@ -4,8 +4,13 @@
 #                                       `python examples/data_preprocess/gsm8k.py`)
 #   bash run_x.sh cpu [key=value ...]   a CPU: the embedded default (built-in task and model)
 # Extra key=value arguments go last, so they win. VERL_DRY_RUN=1 prints the command, one
-# argument per line, instead of running it (the tests read the scripts that way).
-PYTHON=${PYTHON:-python3}
+# argument per line, instead of running it (the tests read the scripts that way). PYTHON
+# defaults to the repository's .venv when it exists.
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z "${PYTHON:-}" ]]; then  # the repository's venv (made by `make install`) when present
+  if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"  # recipes import as recipe.<name>
 ENTRY=${ENTRY:-verl.trainer.main_ppo}
 MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}
 DATA=${DATA:-$HOME/data/gsm8k}
