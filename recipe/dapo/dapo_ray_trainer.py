@@ -82,6 +82,8 @@ class RayDAPOTrainer(RayPPOTrainer):
         num_gen_batches = 0
         while True:
             num_gen_batches += 1
+            if num_gen_batches > 1:  # not the step's own seed: other prompts, other samples
+                batch.meta_info["sampling_seed"] = self.global_steps + 1_000_000 * (num_gen_batches - 1)
             scored = super().rollout_phase(batch, metrics, timing)
             # uids are "<step>-<row>"; later batches of the same step need their own
             scored.non_tensor_batch["uid"] = np.array(

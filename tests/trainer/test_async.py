@@ -149,3 +149,38 @@ def test_an_async_run_learns_the_default_task(ray_session, builtin_assets):
     (_, before), (_, after) = trainer.validator.history[0], trainer.validator.history[-1]
     key = "val-core/arith/acc/mean@1"
     assert after[key] >= before[key] + 0.15, (before[key], after[key])
+
+
+def test_resume_regenerates_in_flight_batches_deterministically(
+    ray_session, builtin_assets, tmp_path, monkeypatch
+):
+    """A checkpoint at step 2 while step 3's batch is in flight: two resumes from it train the
+    same steps 3-4 (same prompts as the uninterrupted run, same regenerated samples)."""
+    monkeypatch.chdir(tmp_path)
+    common = [
+        *RUN,
+        "trainer.total_training_steps=4",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.mode=async",
+        "async_training.max_staleness=1",
+    ]
+    full = [*common, "trainer.experiment_name=full", "trainer.save_freq=2"]
+    run_ppo(load_config(full), full)
+    checkpoint = tmp_path / "checkpoints" / "async_test" / "full" / "global_step_2"
+    assert checkpoint.is_dir()
+    for name in ("resume_a", "resume_b"):
+        resumed = [
+            *common,
+            f"trainer.experiment_name={name}",
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={checkpoint}",
+        ]
+        run_ppo(load_config(resumed), resumed)
+    logs = tmp_path / "logs" / "async_test"
+    uninterrupted, a, b = (stream(logs / name / "metrics.jsonl") for name in ("full", "resume_a", "resume_b"))
+    assert sorted(a) == sorted(b) == [3, 4]
+    for step in (3, 4):
+        assert a[step] == b[step], f"step {step}: the two resumes differ"
+        assert a[step]["prompt_length/mean"] == uninterrupted[step]["prompt_length/mean"]
+    assert a[3]["actor/pg_loss"] != 0

@@ -76,6 +76,19 @@ def test_seeded_sampling_is_reproducible(builtin_assets):
     assert torch.equal(first.generate_sequences(batch).batch["responses"], c.batch["responses"])
 
 
+def test_a_request_with_a_sampling_seed_replays_exactly(builtin_assets):
+    """What the async trainer relies on to regenerate in-flight batches after a resume."""
+    rollout, tokenizer = make_rollout(builtin_assets, response_length=4)
+    batch = prompt_batch(tokenizer, PROMPTS * 4)
+    seeded = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    seeded.meta_info["sampling_seed"] = 7
+    first = rollout.generate_sequences(seeded).batch["responses"]
+    rollout.generate_sequences(batch)  # the stream moves on in between
+    assert torch.equal(rollout.generate_sequences(seeded).batch["responses"], first)
+    seeded.meta_info["sampling_seed"] = 8
+    assert not torch.equal(rollout.generate_sequences(seeded).batch["responses"], first)
+
+
 def test_rollout_log_probs_equal_trainer_recompute(builtin_assets):
     """The behaviour log-probs equal the actor engine's recomputation bit for bit (CPU, fp32)."""
     rollout, tokenizer = make_rollout(builtin_assets, response_length=4, log_prob_micro_batch_size_per_gpu=8)

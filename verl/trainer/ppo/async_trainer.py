@@ -104,7 +104,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(batch))], dtype=object)
         batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
         prompts = batch.pop(batch_keys=PROMPT_KEYS)
-        prompts.meta_info.update(global_steps=step, do_sample=True)
+        prompts.meta_info.update(global_steps=step, do_sample=True, sampling_seed=step)
         future = self.rollout_wg.generate_sequences(prompts, blocking=False)
         return InFlight(step, batch, future, self.data.train.state_dict())
 
@@ -160,7 +160,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
     def _publish_weights(self) -> None:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps)."""
         cfg = self.async_cfg
-        weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
+        weight_dir = os.path.abspath(cfg.weight_dir) if cfg.weight_transport == "filesystem" else None
         source = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
         self.rollout_wg.receive_weights(source, self.policy_version)
         if weight_dir is not None:

@@ -64,6 +64,10 @@ class RayPPOTrainer:
 
     def __init__(self, config: PPOTrainerConfig) -> None:
         self.config = config
+        # workers may run in another directory (or on another node): they get absolute paths
+        config.trainer.default_local_dir = os.path.abspath(
+            os.path.expanduser(config.trainer.default_local_dir)
+        )
         self.device = builders.resolve_device(config)
         self.tokenizer = builders.build_tokenizer(config)
         self.data = builders.build_dataloaders(config, self.tokenizer)
@@ -195,7 +199,10 @@ class RayPPOTrainer:
 
     def _generate(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
         prompts = batch.pop(batch_keys=PROMPT_KEYS)
-        prompts.meta_info.update(global_steps=self.global_steps, do_sample=True)
+        # seeded by step (unless the caller chose): the same step samples the same tokens,
+        # however it was reached (a resume, or an async batch regenerated after one)
+        seed = batch.meta_info.pop("sampling_seed", self.global_steps)
+        prompts.meta_info.update(global_steps=self.global_steps, do_sample=True, sampling_seed=seed)
         output = self.actor_rollout_wg.generate_sequences(prompts)
         metrics.update(output.meta_info.pop("metrics", {}))
         batch.union(output)

@@ -2,8 +2,9 @@
 
 The CPU default, and the reference implementation of :class:`Rollout`. It holds its own
 copy of the policy (weights synced from the actor after every update), samples with its
-own seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples the same
-tokens), and can take a weight update between two decoding steps: the KV cache is then
+own seeded ``torch.Generator`` (saved in checkpoints), reseeded by a request whose
+``meta_info`` carries ``sampling_seed`` (the trainers pass the step), so a replayed request
+samples the same tokens: a resumed run, or an async batch regenerated after a resume), and can take a weight update between two decoding steps: the KV cache is then
 rebuilt under the new weights and the remaining tokens carry the new version.
 
 With ``rollout.calculate_log_probs`` (needed for off-policy correction), ``rollout_log_probs``
@@ -56,6 +57,7 @@ class HFRollout(Rollout):
         self.pad_token_id = pad_token_id
         self.eos_token_ids = torch.tensor(eos_token_ids, device=device)
         self.device = device
+        self.seed = seed
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.version = 0
         self._lock = threading.Lock()
@@ -105,6 +107,8 @@ class HFRollout(Rollout):
 
     def _generate_sequences(self, prompts: DataProto) -> DataProto:
         params = SamplingParams.resolve(self.config, prompts.meta_info)
+        if "sampling_seed" in prompts.meta_info:  # rank-specific, then request-specific
+            self.generator.manual_seed(self.seed + 1_000_003 * int(prompts.meta_info["sampling_seed"]))
         chunks = prompts.split(max(1, self.config.max_num_seqs))
         outputs = [self._generate_chunk(chunk, params) for chunk in chunks]
         out = DataProto.concat(outputs)
