@@ -56,6 +56,7 @@ META_KEYS: dict[str, str] = {
     "top_k": "top-k for this generation call (overrides the config)",
     "response_length": "maximum generated tokens for this generation call (overrides the config)",
     "global_steps": "the trainer's step counter",
+    "sampling_seed": "reseeds the rollout sampler for this request (the trainers pass the step, so a replayed step samples the same tokens)",
     "global_token_num": "list of non-padding token counts per row (for throughput metrics)",
     "metrics": "dict of metrics a worker returns alongside its output",
     "timing": "dict of phase timings a worker returns alongside its output",
