@@ -14,6 +14,7 @@ a plain loop in this process. Prints the median step time of each and the ratio
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -60,10 +61,9 @@ class MinimalLoop:
     def __init__(self) -> None:
         config = load_config([])
         self.cfg = config
-        self.tokenizer = load_tokenizer(config.actor_rollout_ref.model.path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            config.actor_rollout_ref.model.path, dtype=torch.float32
-        )
+        path = os.path.expanduser(config.actor_rollout_ref.model.path)
+        self.tokenizer = load_tokenizer(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=3e-4, weight_decay=0.01)
         self.generator = torch.Generator().manual_seed(0)
         tok = self.tokenizer
