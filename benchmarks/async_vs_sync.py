@@ -44,10 +44,10 @@ def train_for(overrides: list[str], seconds: float, warmup: int = 3) -> dict[str
             trainer.global_steps += 1
             metrics = trainer.train_step(next(trainer.batches))
             if start is not None:
-                for key in (k for k in metrics if k.startswith("timing_s/")):
-                    timings[key[len("timing_s/") :]] = (
-                        timings.get(key[len("timing_s/") :], 0.0) + metrics[key]
-                    )
+                for key, value in metrics.items():
+                    if key.startswith("timing_s/"):
+                        phase = key.removeprefix("timing_s/")
+                        timings[phase] = timings.get(phase, 0.0) + value
         elapsed = time.perf_counter() - start
         steps = trainer.global_steps - warmup
         rows = config.data.train_batch_size * config.actor_rollout_ref.rollout.n

@@ -71,6 +71,8 @@ class AsyncPPOTrainer(RayPPOTrainer):
     def __init__(self, config: PPOTrainerConfig) -> None:
         super().__init__(config)
         self.async_cfg = config.async_training
+        if self.async_cfg.weight_dir is not None:  # workers get absolute paths, as for checkpoints
+            self.async_cfg.weight_dir = os.path.abspath(os.path.expanduser(self.async_cfg.weight_dir))
         self.policy_version = 0
         self.staleness_seen: list[int] = []  # every consumed sample, in order
         self._consumed_loader_state: dict | None = None
@@ -160,7 +162,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
     def _publish_weights(self) -> None:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps)."""
         cfg = self.async_cfg
-        weight_dir = os.path.abspath(cfg.weight_dir) if cfg.weight_transport == "filesystem" else None
+        weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
         source = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
         self.rollout_wg.receive_weights(source, self.policy_version)
         if weight_dir is not None:

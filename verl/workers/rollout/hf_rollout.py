@@ -2,10 +2,11 @@
 
 The CPU default, and the reference implementation of :class:`Rollout`. It holds its own
 copy of the policy (weights synced from the actor after every update), samples with its
-own seeded ``torch.Generator`` (saved in checkpoints), reseeded by a request whose
-``meta_info`` carries ``sampling_seed`` (the trainers pass the step), so a replayed request
-samples the same tokens: a resumed run, or an async batch regenerated after a resume), and can take a weight update between two decoding steps: the KV cache is then
-rebuilt under the new weights and the remaining tokens carry the new version.
+own seeded ``torch.Generator`` (saved in checkpoints; reseeded by a request whose
+``meta_info`` carries ``sampling_seed``, which the trainers set to the step, so a replayed
+step samples the same tokens), and can take a weight update between two decoding steps:
+the KV cache is then rebuilt under the new weights and the remaining tokens carry the new
+version.
 
 With ``rollout.calculate_log_probs`` (needed for off-policy correction), ``rollout_log_probs``
 are recomputed after generation by one teacher-forced forward pass with the trainer's own
