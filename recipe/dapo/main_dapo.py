@@ -7,11 +7,15 @@ it; ``run_ppo`` takes the recipe's trainer class.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from recipe.dapo.dapo_ray_trainer import RayDAPOTrainer
+from verl.trainer.config.cli import prepare_argv
 from verl.trainer.config.ppo_trainer import to_typed_config
 from verl.trainer.main_ppo import run_ppo
 
@@ -22,4 +26,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = prepare_argv(sys.argv[1:], "dapo_trainer", str(Path(__file__).parent / "config"))
     main()

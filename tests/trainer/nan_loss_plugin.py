@@ -10,9 +10,9 @@ from verl.trainer.ppo.policy_losses import compute_policy_loss_gpg, register_pol
 
 @register_policy_loss("nan_for_tests")
 def nan_loss(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights=None
 ):
     loss, metrics = compute_policy_loss_gpg(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_log_probs
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
     )
     return loss * torch.tensor(float("nan")), metrics

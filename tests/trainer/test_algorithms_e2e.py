@@ -10,6 +10,7 @@ import pytest
 
 from tests.example_scripts import ENTRIES, REPO, SCRIPTS, script_command, trainer_class
 from tests.trainer.test_learning import FAMILIES
+from tests.trainer.test_vllm_learning import SCRIPT as VLLM_LEARNED
 from verl.trainer.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
@@ -24,7 +25,7 @@ SHORT = [
 ]
 
 
-LEARNED = {REPO / path for path in FAMILIES.values()}
+LEARNED = {REPO / path for path in FAMILIES.values()} | {VLLM_LEARNED}
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from verl.trainer.ppo import checkpoint as ckpt
+from verl.utils.checkpoint_io import CheckpointReadError
 
 
 def make_step(root, step: int, roles=("actor",), complete: bool = True) -> str:
@@ -73,3 +74,46 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
     ckpt.atomic_write_bytes(str(path), b"one")
     ckpt.atomic_write_bytes(str(path), b"two")
     assert path.read_bytes() == b"two" and os.listdir(tmp_path) == ["f.txt"]
+
+
+# ---------------------------------------------------------------------------- unreadable files
+def test_a_corrupt_driver_state_names_the_file_the_step_and_the_previous_step(tmp_path):
+    make_step(tmp_path, 2)
+    folder = make_step(tmp_path, 4)
+    driver = os.path.join(folder, ckpt.DRIVER_FILE)
+    with open(driver, "r+b") as f:
+        f.truncate(os.path.getsize(driver) // 2)
+    with pytest.raises(CheckpointReadError) as info:
+        ckpt.load_driver_state(folder)
+    message = str(info.value)
+    assert f"cannot read {driver}" in message and "checkpoint of step 4" in message
+    assert f"trainer.resume_from_path={ckpt.step_dir(str(tmp_path), 2)}" in message
+
+
+def test_a_corrupt_first_checkpoint_says_to_start_afresh(tmp_path):
+    folder = make_step(tmp_path, 1)
+    with open(os.path.join(folder, ckpt.DRIVER_FILE), "wb") as f:
+        f.write(b"not a torch file")
+    with pytest.raises(CheckpointReadError, match=r"no earlier complete checkpoint.*resume_mode=disable"):
+        ckpt.load_driver_state(folder)
+
+
+def test_a_truncated_dcp_shard_names_the_shard(tmp_path):
+    import torch
+
+    from verl.trainer.config.engine import FSDPConfig, OptimConfig
+    from verl.workers.engine.fsdp import FSDPEngine
+
+    make_step(tmp_path, 1)
+    folder = os.path.join(make_step(tmp_path, 2), "actor")
+    engine = FSDPEngine(torch.nn.Linear(64, 64), torch.device("cpu"), FSDPConfig(), optim=OptimConfig())
+    engine.save(folder, ["model", "optimizer", "extra"])
+    shards = sorted(f for f in os.listdir(folder) if f.endswith(".distcp"))
+    shard = os.path.join(folder, shards[0])
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) // 2)
+    with pytest.raises(CheckpointReadError) as info:
+        engine.load(folder, ["model", "optimizer", "extra"])
+    message = str(info.value)
+    assert f"cannot read {shard}" in message and "step 2" in message
+    assert f"trainer.resume_from_path={ckpt.step_dir(str(tmp_path), 1)}" in message

@@ -96,7 +96,9 @@ def test_fsdp2_bf16_step_on_cuda(worker):
     after = dict(w.actor.full_state_dict())
     assert np.isfinite(metrics["actor/pg_loss"]) and np.isfinite(metrics["actor/grad_norm"])
     assert any(not torch.equal(before[k], v.float().cpu()) for k, v in after.items())
+    sync = w.update_weights(version + 1)  # the driver's update_weights phase
     assert w.get_version() == version + 1
+    assert sync["rollout/weight_sync_probe_gap"] < 5e-2
     rollout_weights = dict(w.rollout.module.state_dict())
     key = "model.layers.0.mlp.up_proj.weight"
     assert torch.allclose(rollout_weights[key].float().cpu(), after[key].float().cpu(), atol=1e-2)

@@ -11,20 +11,25 @@ One GPU::
         actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct trainer.n_gpus_per_node=1 ...
 
 A cluster: start Ray on every node, then add ``ray_init.address=auto trainer.nnodes=N``.
-``--cfg job`` prints the resolved config; an unknown key is an error that names it.
+``--cfg job`` validates and prints the resolved config; an unknown key is an error that names it.
+verl's scripts run unchanged: deprecated keys are converted, inert ones listed in the log, and
+unsupported ones refused with a message (``verl/trainer/config/compat.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from verl.single_controller import WorkerGroupError
+from verl.trainer.config.cli import prepare_argv
+from verl.trainer.config.compat import refuse_recipe_only_keys
 from verl.trainer.config.notes import log_config_notes
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig, to_typed_config
+from verl.trainer.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
 from verl.trainer.ppo import builders
 
 logger = logging.getLogger(__name__)
@@ -45,12 +50,20 @@ def run_ppo(
     from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    if trainer_cls is None:
+    if trainer_cls is None:  # a recipe's driver reads its own keys
+        refuse_recipe_only_keys(config)
         trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
     builders.prepare_builtin_assets(config)
     builders.init_ray(config)
     log_config_notes(config, builders.resolve_device(config), overrides or [])
+    try:
+        return _fit_with_restarts(config, trainer_cls)
+    finally:
+        builders.write_ray_timeline(config)
+
+
+def _fit_with_restarts(config: PPOTrainerConfig, trainer_cls: type) -> dict[str, float]:
     max_restarts = config.trainer.max_restarts
     for attempt in range(max_restarts + 1):
         trainer = trainer_cls(config)
@@ -80,4 +93,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = prepare_argv(sys.argv[1:], "ppo_trainer", CONFIG_DIR, entry_check=refuse_recipe_only_keys)
     main()

@@ -1,18 +1,69 @@
-"""Loading tokenizers, policy models and value models from a Hugging Face directory."""
+"""Loading tokenizers, policy models and value models from a Hugging Face directory.
+
+A path that is not a usable model directory fails before ``transformers`` sees it, with a message
+that names the path: a local path that does not exist, a directory without ``config.json`` or
+tokenizer files, a truncated safetensors file (naming the file and, inside a checkpoint, the step
+to resume from instead). A name like ``Qwen/Qwen2.5-0.5B-Instruct`` that is not a local directory
+is passed on as a hub id.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import Any
 
 import torch
 from torch import nn
 
+from verl.utils.checkpoint_io import find_unreadable_safetensors, read_error
 
-def _path(path: str) -> str:
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "org/name"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+class ModelPathError(FileNotFoundError):
+    """A model or tokenizer path is not a usable Hugging Face directory; the message says why."""
+
+
+def _path(path: str, need: str = "model", key: str = "actor_rollout_ref.model.path") -> str:
+    """The local directory for ``path``, checked to hold what ``need`` asks (``model``: config.json;
+    ``tokenizer``: tokenizer files; ``dir``: anything, e.g. a GGUF file), or ``path`` itself when
+    it can only be a hub id."""
     expanded = os.path.expanduser(path)
-    return expanded if os.path.exists(expanded) else path  # else a hub id (needs network)
+    if not os.path.exists(expanded):
+        if HUB_ID.match(path) and not path.startswith("."):
+            return path  # a hub id (needs network or the local hub cache)
+        raise ModelPathError(
+            f"{key}={path!r}: the directory {expanded} does not exist (expected a Hugging Face model "
+            "directory, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct)"
+        )
+    if not os.path.isdir(expanded):
+        raise ModelPathError(f"{key}={path!r}: {expanded} is a file; expected a Hugging Face model directory")
+    files = set(os.listdir(expanded))
+    if need == "model" and "config.json" not in files:
+        raise ModelPathError(
+            f"{key}={path!r}: {expanded} has no config.json; expected a Hugging Face model directory "
+            f"(written by save_pretrained), found {sorted(files)[:10] or 'an empty directory'}"
+        )
+    if need == "tokenizer" and not files & set(TOKENIZER_FILES):
+        raise ModelPathError(
+            f"{key}={path!r}: {expanded} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
+            f"found {sorted(files)[:10] or 'an empty directory'}"
+        )
+    return expanded
+
+
+def _from_pretrained(load: Any, path: str, **kwargs: Any) -> nn.Module:
+    """``load(path, **kwargs)``; a truncated safetensors file is reported by name (and step)."""
+    try:
+        return load(path, **kwargs)
+    except Exception as error:
+        broken = find_unreadable_safetensors(path) if os.path.isdir(path) else None
+        if broken is None:
+            raise
+        raise read_error(broken, error) from error
 
 
 def _import_external(lib: str | None) -> None:
@@ -21,15 +72,20 @@ def _import_external(lib: str | None) -> None:
 
 
 def load_tokenizer(
-    path: str, trust_remote_code: bool = False, gguf_file: str | None = None, chat_template: str | None = None
+    path: str,
+    trust_remote_code: bool = False,
+    gguf_file: str | None = None,
+    chat_template: str | None = None,
+    key: str = "actor_rollout_ref.model.path",
 ):
-    """The tokenizer at ``path``; a missing pad token falls back to EOS (as verl does)."""
+    """The tokenizer at ``path`` (``key`` names the config key it came from, for errors); a missing
+    pad token falls back to EOS (as verl does)."""
     from transformers import AutoTokenizer
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
-    tokenizer = AutoTokenizer.from_pretrained(_path(path), **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(_path(path, "dir" if gguf_file else "tokenizer", key), **kwargs)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if chat_template:
@@ -38,13 +94,13 @@ def load_tokenizer(
     return tokenizer
 
 
-def _hf_config(path: str, override: dict[str, Any], trust_remote_code: bool, gguf_file: str | None):
+def _hf_config(path: str, override: dict[str, Any], trust_remote_code: bool, gguf_file: str | None, key: str):
     from transformers import AutoConfig
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
-    config = AutoConfig.from_pretrained(_path(path), **kwargs)
+    config = AutoConfig.from_pretrained(_path(path, "dir" if gguf_file else "model", key), **kwargs)
     for key, value in override.items():
         setattr(config, key, value)
     return config
@@ -55,11 +111,13 @@ def load_causal_lm(model_config, dtype: torch.dtype = torch.float32) -> nn.Modul
     from transformers import AutoModelForCausalLM
 
     _import_external(model_config.external_lib)
+    key = "actor_rollout_ref.model.path"
     config = _hf_config(
         model_config.path,
         model_config.override_config,
         model_config.trust_remote_code,
         model_config.gguf_file,
+        key,
     )
     kwargs: dict[str, Any] = {
         "config": config,
@@ -68,7 +126,9 @@ def load_causal_lm(model_config, dtype: torch.dtype = torch.float32) -> nn.Modul
     }
     if model_config.gguf_file:
         kwargs["gguf_file"] = model_config.gguf_file
-    return AutoModelForCausalLM.from_pretrained(_path(model_config.path), **kwargs)
+    return _from_pretrained(
+        AutoModelForCausalLM.from_pretrained, _path(model_config.path, "dir", key), **kwargs
+    )
 
 
 def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -76,11 +136,13 @@ def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Mod
     from transformers import AutoModelForTokenClassification
 
     _import_external(model_config.external_lib)
+    key = "critic.model.path"
     config = _hf_config(
         model_config.path,
         model_config.override_config,
         model_config.trust_remote_code,
         model_config.gguf_file,
+        key,
     )
     config.num_labels = 1
     config.classifier_dropout = 0.0
@@ -91,7 +153,9 @@ def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Mod
     }
     if model_config.gguf_file:
         kwargs["gguf_file"] = model_config.gguf_file
-    return AutoModelForTokenClassification.from_pretrained(_path(model_config.path), **kwargs)
+    return _from_pretrained(
+        AutoModelForTokenClassification.from_pretrained, _path(model_config.path, "dir", key), **kwargs
+    )
 
 
 def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
@@ -101,7 +165,7 @@ def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
         try:
             from transformers import GenerationConfig
 
-            gen = GenerationConfig.from_pretrained(_path(model_path))
+            gen = GenerationConfig.from_pretrained(_path(model_path, "dir"))
             eos = gen.eos_token_id
             ids = list(eos) if isinstance(eos, list | tuple) else ([eos] if eos is not None else [])
         except (OSError, ValueError):

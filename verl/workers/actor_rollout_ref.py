@@ -5,8 +5,9 @@
 * ``ref``: the frozen reference policy (an inference-only engine).
 
 ``role="actor_rollout_ref"`` (or ``"actor_rollout"``) colocates them in one process per
-device: the hybrid engine. After each actor update the new weights go to the rollout in
-process (:meth:`sync_rollout_weights`); the version counter travels with every sample.
+device: the hybrid engine. After each actor update the driver has the new weights sent to the
+rollout in process (:meth:`update_weights`, a phase of its own, verified by a probe); the
+version counter, owned by the driver, travels with every sample.
 """
 
 from __future__ import annotations
@@ -21,15 +22,23 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.ppo.actor_loss import compute_actor_loss
 from verl.trainer.ppo.metric_utils import compute_mfu, compute_perf_metrics
-from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer, save_hf_files
+from verl.utils.checkpoint_io import torch_load
+from verl.utils.model import load_causal_lm, load_tokenizer, save_hf_files
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
-from verl.workers.rollout import build_rollout
+from verl.workers.rollout import build_rollout, verify_weight_sync
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
-ACTOR_LOSS_KEYS = ["old_log_probs", "advantages", "response_mask", "ref_log_prob", "rollout_log_probs"]
+ACTOR_LOSS_KEYS = [
+    "old_log_probs",
+    "advantages",
+    "response_mask",
+    "ref_log_prob",
+    "rollout_log_probs",
+    "rollout_is_weights",
+]
 
 
 class ActorRolloutRefWorker(Worker):
@@ -73,15 +82,15 @@ class ActorRolloutRefWorker(Worker):
         if self.is_ref:
             self.ref = FSDPEngine(load_causal_lm(model_cfg), self.device, self.config.ref.fsdp_config)
         if self.is_rollout:
-            dtype = getattr(torch, self.config.rollout.dtype) if self.device.type == "cuda" else torch.float32
             self.rollout = build_rollout(
                 self.config.rollout,
-                load_causal_lm(model_cfg, dtype=dtype),
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_ids=eos_token_ids(self.tokenizer, model_cfg.path),
-                device=self.device,
-                seed=self.config.rollout.seed + self.rank,
+                model_cfg,
+                self.tokenizer,
+                self.device,
+                self.config.rollout.seed + self.rank,
             )
+            if self.is_actor and self.config.rollout.load_format.startswith("dummy"):
+                self.update_weights(0)  # the engine started with random weights: it gets the actor's
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -91,10 +100,44 @@ class ActorRolloutRefWorker(Worker):
         self.rollout.sleep()
         return out
 
-    def sync_rollout_weights(self) -> None:
-        """Push the actor's current weights into the colocated rollout, as a new version."""
-        self.version += 1
-        self.rollout.update_weights(self.actor.full_state_dict(), self.version)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_weights(self, version: int) -> dict[str, float]:
+        """Push the actor's weights into the colocated rollout as ``version`` (the driver owns the
+        counter), then verify with a probe that the engine runs them (``rollout.weight_sync_check``)."""
+        cfg = self.config.rollout
+        probe = self._probe_ids()
+        expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
+        self.rollout.update_weights(self.actor.full_state_dict(), version)
+        metrics: dict[str, float] = {}
+        self.version = version
+        if expected is not None:
+            tol = cfg.weight_sync_check_tol or (1e-3 if self._rollout_fp32() else 5e-2)
+            gap = verify_weight_sync(self.rollout, probe, expected, tol, version)
+            metrics["rollout/weight_sync_probe_gap"] = gap
+        return metrics
+
+    def _rollout_fp32(self) -> bool:
+        return self.device.type != "cuda" or self.config.rollout.dtype == "float32"
+
+    def _probe_ids(self) -> list[int]:
+        """The probe of the weight-sync check: the first sequence of the last update (real text,
+        so low-precision rounding stays small), else a fixed pseudo-random sequence."""
+        cfg = self.config.rollout
+        longest = min(64, (cfg.max_model_len or cfg.prompt_length + cfg.response_length) - 1)
+        if getattr(self, "last_sequence", None):
+            return self.last_sequence[:longest]
+        vocab = self.actor.module.config.vocab_size
+        return torch.randint(0, vocab, (longest,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def _actor_sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
+        ids = torch.tensor([token_ids])
+        micro = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(len(token_ids))[None],
+            "responses": ids[:, 1:],
+        }
+        return self.actor.infer([micro], lambda m, b: response_log_probs(m, b, 1.0))[0]["log_probs"][0]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_version(self) -> int:
@@ -180,7 +223,8 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ training
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
-        """PPO epochs over the batch, then one LR-schedule step and a weight sync to the rollout."""
+        """PPO epochs over the batch, then one LR-schedule step (the driver then calls
+        :meth:`update_weights`: the weight sync is a phase of its own)."""
         cfg = self.config.actor
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
         with_entropy = cfg.entropy_coeff != 0
@@ -204,8 +248,8 @@ class ActorRolloutRefWorker(Worker):
         metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
         metrics.update(self._perf_metrics(data, time.perf_counter() - start))
         metrics["lr"] = self.actor.lr_scheduler_step()
-        if self.rollout is not None:
-            self.sync_rollout_weights()
+        first = data.batch["attention_mask"][0].bool()
+        self.last_sequence = data.batch["input_ids"][0][first].tolist()
         return DataProto(meta_info={"metrics": prefixed(metrics, "actor")})
 
     def _perf_metrics(self, data: DataProto, seconds: float) -> dict[str, float]:
@@ -247,12 +291,11 @@ class ActorRolloutRefWorker(Worker):
                 f"{path} is missing: the checkpoint was written by fewer ranks than this run has "
                 f"({self.world_size}); exact resume needs the same number of ranks"
             )
-        state = torch.load(path, weights_only=False)
+        state = torch_load(path)  # a corrupt file: an error naming it, its step and how to resume
         self.shuffle_generator.set_state(state["shuffle_generator"])
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
         if self.rollout is not None:
             self.rollout.load_state_dict(state["rollout"])
-            self.version = state["version"] - 1
-            self.sync_rollout_weights()
+            self.update_weights(state["version"])
         self.version = state["version"]

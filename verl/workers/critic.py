@@ -10,6 +10,7 @@ from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.trainer.config.critic import CriticConfig
 from verl.trainer.ppo.actor_loss import compute_critic_loss
+from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
@@ -89,6 +90,6 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, folder: str) -> None:
         self.engine.load(folder, self.config.checkpoint.load_contents)
-        state = torch.load(os.path.join(folder, f"worker_rank_{self.rank}.pt"), weights_only=False)
+        state = torch_load(os.path.join(folder, f"worker_rank_{self.rank}.pt"))
         self.shuffle_generator.set_state(state["shuffle_generator"])
         torch.set_rng_state(state["torch_rng"])

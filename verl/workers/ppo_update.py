@@ -3,6 +3,11 @@
 For each of ``ppo_epochs``: optionally shuffle the rank's rows, split them into
 mini-batches (one optimizer step each), split every mini-batch into micro-batches
 (gradient accumulation, each weighted by its share of the mini-batch's rows).
+
+Every micro-batch also carries the counts of its whole mini-batch over all ranks
+(:func:`mini_batch_counts`), so the losses normalise by the mini-batch, not the micro-batch
+(verl 0.9.1's global-batch normalisation; see :mod:`verl.trainer.ppo.actor_loss`): the loss
+scale does not depend on ``ppo_micro_batch_size_per_gpu`` or on the number of ranks.
 """
 
 from __future__ import annotations
@@ -48,12 +53,33 @@ def run_ppo_updates(
             micro_batches, groups = split_micro_batches(
                 mini, keys, spec.micro_batch_size, spec.use_dynamic_bsz, spec.max_token_len
             )
+            counts = mini_batch_counts(mini)
+            micro_batches = [{**micro, **counts} for micro in micro_batches]
             weights = [len(g) / len(mini) for g in groups]
             metrics = engine.train_step(micro_batches, loss_fn, weights)
             steps.append(metrics)
             if on_step is not None:
                 on_step(metrics)
     return mean_over_ranks(average(steps))
+
+
+def mini_batch_counts(mini: DataProto) -> dict[str, torch.Tensor]:
+    """``dp_size``, ``batch_num_tokens`` (valid response tokens, at least 1) and
+    ``global_batch_size`` (rows) of a mini-batch, summed over data-parallel ranks; none
+    without a ``response_mask``."""
+    if "response_mask" not in mini.batch.keys():
+        return {}
+    counts = torch.tensor([float(mini.batch["response_mask"].sum()), float(len(mini))], dtype=torch.float64)
+    dp_size = 1
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(counts)
+        dp_size = dist.get_world_size()
+    tokens, rows = (round(v) for v in counts.tolist())
+    return {
+        "dp_size": torch.tensor(dp_size),
+        "batch_num_tokens": torch.tensor(max(tokens, 1)),
+        "global_batch_size": torch.tensor(rows),
+    }
 
 
 def average(items: list[dict[str, float]]) -> dict[str, float]:

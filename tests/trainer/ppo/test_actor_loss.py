@@ -93,7 +93,7 @@ def test_rollout_log_probs_apply_only_with_a_positive_cap():
 def test_loss_mode_selects_a_user_registered_loss():
     @register_policy_loss("test_constant_seven")
     def constant_seven(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_log_probs=None
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights=None
     ):
         metrics = {"actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/pg_clipfrac_lower": 0.0}
         return log_prob.sum() * 0 + 7.0, metrics

@@ -159,16 +159,26 @@ def test_reinforce_plus_plus_baseline_whitens_over_the_batch():
 
 
 # ----------------------------------------------------------------------------- return based
-def test_reinforce_plus_plus_discounts_and_resets_after_eos():
+def test_reinforce_plus_plus_discounts_over_valid_tokens_only():
     rewards = torch.tensor([[0.0, 1.0, 0.0], [2.0, 5.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     a, r = run("reinforce_plus_plus", rewards, mask, config=AlgorithmConfig(gamma=0.5))
-    # row 0: G = [0 + 0.5*1, 1, 0]; row 1: the 5 after EOS does not flow back: G_0 = 2.
-    assert_close(r, torch.tensor([[0.5, 1.0, 0.0], [2.0, 5.0, 0.0]]))
+    # row 0: G = [0 + 0.5*1, 1, 0]; row 1: the 5 after EOS is ignored and G there is 0
+    # (verl 0.9.1 zeroes returns outside the mask): G_0 = 2.
+    assert_close(r, torch.tensor([[0.5, 1.0, 0.0], [2.0, 0.0, 0.0]]))
     # whiten [0.5, 1, 2]: mean 7/6, unbiased var (4/9 + 1/36 + 25/36) / 2 = 7/12.
     std = math.sqrt(7 / 12)
     expected = torch.tensor([[-2 / 3 / std, -1 / 6 / std, 0.0], [5 / 6 / std, 0.0, 0.0]])
     assert_close(a, expected, atol=1e-5, rtol=0)
+
+
+def test_reinforce_plus_plus_carries_the_return_across_an_interior_gap():
+    # turn 1 (tokens 0-1), an observation token (2, masked), turn 2 (token 3) with the reward
+    rewards = torch.tensor([[0.0, 0.0, 7.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    _, r = run("reinforce_plus_plus", rewards, mask, config=AlgorithmConfig(gamma=0.5))
+    # the gap is skipped, not a discount step, and its reward 7 is ignored: G_1 = 0.5 * G_3
+    assert_close(r, torch.tensor([[0.25, 0.5, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]]))
 
 
 def test_remax_subtracts_the_greedy_baseline():

@@ -18,9 +18,11 @@ MASK = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]])
     "mode, expected",
     [
         ("token-mean", (1 + 2 + 3 + 4) / 4),
+        ("token-sum", 1.0 + 2 + 3 + 4),
         ("seq-mean-token-sum", (6 + 4) / 2),
         ("seq-mean-token-mean", (6 / 3 + 4 / 1) / 2),
-        ("seq-mean-token-sum-norm", (6 + 4) / 3),  # divided by the padded length R = 3
+        # verl 0.9.1: seq-mean-token-sum divided by the padded length R = 3
+        ("seq-mean-token-sum-norm", (6 + 4) / 2 / 3),
     ],
 )
 def test_agg_loss_modes(mode, expected):
@@ -28,8 +30,30 @@ def test_agg_loss_modes(mode, expected):
 
 
 def test_agg_loss_unknown_mode():
-    with pytest.raises(ValueError, match=r"loss_agg_mode.*'token-sum'"):
-        agg_loss(LOSS, MASK, "token-sum")
+    with pytest.raises(ValueError, match=r"loss_agg_mode.*'nope'"):
+        agg_loss(LOSS, MASK, "nope")
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_agg_loss_of_micro_batches_with_global_counts_sums_to_the_batch_loss(mode):
+    whole = agg_loss(LOSS, MASK, mode, global_batch_size=3, batch_num_tokens=4)
+    parts = [
+        agg_loss(LOSS[i : i + 1], MASK[i : i + 1], mode, global_batch_size=3, batch_num_tokens=4)
+        for i in range(3)
+    ]
+    assert_close(sum(parts), whole)
+    # over 2 data-parallel ranks the gradients are averaged, so each rank's loss is doubled
+    half = agg_loss(LOSS[:1], MASK[:1], mode, dp_size=2, global_batch_size=3, batch_num_tokens=4)
+    assert_close(half, 2 * parts[0])
+
+
+def test_agg_loss_needs_global_counts_on_several_ranks():
+    with pytest.raises(ValueError, match="batch_num_tokens"):
+        agg_loss(LOSS, MASK, "token-mean", dp_size=2)
+
+
+def test_seq_mean_token_sum_norm_takes_a_constant_scale_factor():
+    assert_close(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=10), torch.tensor(0.5))
 
 
 def test_value_loss_clips_around_old_values():

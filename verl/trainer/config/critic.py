@@ -29,7 +29,7 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = True
     """Recompute activations in backward to save memory."""
     use_remove_padding: bool = False
-    """Pack sequences without padding (GPU only)."""
+    """verl: pack sequences without padding. No effect here (inert on every device)."""
     trust_remote_code: bool = False
     """Allow models that ship their own code."""
     gguf_file: str | None = II("actor_rollout_ref.model.gguf_file")
@@ -43,7 +43,7 @@ class CriticConfig:
     rollout_n: int = II("actor_rollout_ref.rollout.n")
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"
-    """Training backend: fsdp | fsdp2."""
+    """Training backend: fsdp | fsdp2; both select the same engine (FSDP2)."""
     optim: OptimConfig = field(default_factory=_critic_optim)
     """Optimizer and LR schedule of the critic."""
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
@@ -51,11 +51,13 @@ class CriticConfig:
     ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
     """Prompts per critic optimizer step."""
     ppo_micro_batch_size: int | None = None
-    """Deprecated global micro batch size; use ppo_micro_batch_size_per_gpu."""
+    """Deprecated global micro batch size; converted at start-up to ppo_micro_batch_size_per_gpu (and
+    forward_micro_batch_size_per_gpu) = ppo_micro_batch_size // (nnodes x n_gpus_per_node), as verl does."""
     ppo_micro_batch_size_per_gpu: int | None = None
     """Rows per forward/backward on one rank."""
     forward_micro_batch_size: int | None = II("critic.ppo_micro_batch_size")
-    """Deprecated; use forward_micro_batch_size_per_gpu."""
+    """Deprecated global micro batch size of the value forward; converted at start-up to
+    forward_micro_batch_size_per_gpu = forward_micro_batch_size // (nnodes x n_gpus_per_node)."""
     forward_micro_batch_size_per_gpu: int | None = II("critic.ppo_micro_batch_size_per_gpu")
     """Rows per value forward on one rank."""
     use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
@@ -65,7 +67,7 @@ class CriticConfig:
     forward_max_token_len_per_gpu: int = II("critic.ppo_max_token_len_per_gpu")
     """Token budget of one value forward."""
     ulysses_sequence_parallel_size: int = 1
-    """Sequence parallel size; only 1 is supported yet."""
+    """Sequence parallel size; only 1 is supported yet (other values are refused)."""
     ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
     """Passes over the batch per training step."""
     shuffle: bool = II("actor_rollout_ref.actor.shuffle")
@@ -76,12 +78,17 @@ class CriticConfig:
     """Clip range of the value update around the old values."""
     loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
     """How token losses are averaged (see actor.loss_agg_mode)."""
+    loss_scale_factor: int | None = None
+    """seq-mean-token-sum-norm: the constant divisor of the value loss (null: the padded response length)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """What critic checkpoints contain."""
 
     def validate(self, path: str) -> None:
         check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
+        scale = self.loss_scale_factor
+        check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
         check(self.cliprange_value > 0, f"{path}.cliprange_value", "a positive number", self.cliprange_value)
+        self.model.fsdp_config.validate(f"{path}.model.fsdp_config")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")

@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 from verl.trainer.config.base import check, check_choice
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+# fsdp_config.model_dtype names (verl's PrecisionType spellings) -> torch dtype attribute
+MODEL_DTYPES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+}
 
 
 @dataclass
@@ -55,19 +64,24 @@ class FSDPConfig:
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     """Which submodules become their own FSDP unit."""
     param_offload: bool = False
-    """Keep parameters on CPU between uses (GPU only; no effect on CPU)."""
+    """verl: keep parameters on CPU between uses. No effect here (inert on every device)."""
     optimizer_offload: bool = False
-    """Keep optimizer state on CPU between steps (GPU only; no effect on CPU)."""
+    """verl: keep optimizer state on CPU between steps. No effect here (inert on every device)."""
     offload_policy: bool = False
-    """FSDP2 CPUOffloadPolicy for params, grads and optimizer during training (GPU only)."""
+    """verl: FSDP2 CPUOffloadPolicy. No effect here (inert on every device)."""
     reshard_after_forward: bool = True
     """Free gathered parameters after forward (saves memory, costs a second all-gather in backward)."""
     fsdp_size: int = -1
-    """Ranks per FSDP shard group; -1 shards over all ranks of the role."""
+    """verl: ranks per FSDP shard group (HSDP). No effect here: every role shards over all its ranks."""
     forward_prefetch: bool = False
-    """Prefetch the next unit's all-gather during forward (FSDP1 option; accepted, FSDP2 prefetches itself)."""
+    """FSDP1 option; no effect here (FSDP2 prefetches by itself)."""
     model_dtype: str | None = None
-    """Parameter dtype of the master weights; null = fp32 (bf16 compute on GPU via mixed precision)."""
+    """Dtype the weights are held (and trained) in: fp32 | bf16 | fp16 (or float32, bfloat16, float16);
+    null = fp32. On GPU the forward still computes in bf16 (FSDP2 mixed precision)."""
+
+    def validate(self, path: str) -> None:
+        if self.model_dtype is not None:
+            check_choice(self.model_dtype, MODEL_DTYPES, f"{path}.model_dtype")
 
 
 @dataclass

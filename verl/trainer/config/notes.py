@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from verl.trainer.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
 from verl.trainer.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
 from verl.utils.builtin import is_builtin_model
 
@@ -38,6 +39,11 @@ def log_config_notes(config: PPOTrainerConfig, device: str, overrides: list[str]
         notes.append(f"these keys have no effect with {backend}: {', '.join(inert)}")
     if not is_builtin_model(config.actor_rollout_ref.model.path):
         given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+        given |= {
+            target for alias, target in {**MICRO_BATCH_KEYS, **REWARD_ALIASES}.items() if alias in given
+        }
+        if "critic.ppo_micro_batch_size" in given:  # also sets the value forward's, as in verl
+            given.add("critic.forward_micro_batch_size_per_gpu")
         kept = [
             k
             for k in preset_keys()

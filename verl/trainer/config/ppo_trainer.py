@@ -19,9 +19,16 @@ from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.config.algorithm import AlgorithmConfig
 from verl.trainer.config.async_training import AsyncTrainingConfig
 from verl.trainer.config.base import ConfigError, check
+from verl.trainer.config.compat import (
+    check_known_keys,
+    convert_verl_keys,
+    normalize_overrides,
+    refuse_unsupported,
+)
 from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import DataConfig
 from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl.trainer.config.reward_verl import RewardConfig
 from verl.trainer.config.trainer import RayInitConfig, TrainerConfig
 
 logger = logging.getLogger(__name__)
@@ -42,6 +49,8 @@ class PPOTrainerConfig:
     """Reward manager and the optional reward-model worker."""
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     """A user scorer that replaces the built-in ones."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """verl 0.9's spelling of the reward keys; converted onto reward_model.* / custom_reward_function.*."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """Advantage estimator and KL handling."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -64,7 +73,9 @@ class PPOTrainerConfig:
             value = getattr(self, section.name)
             if hasattr(value, "validate"):
                 value.validate(section.name)
+        refuse_unsupported(self)
         self._check_batch_sizes()
+        self._check_sampling()
         if self.trainer.mode == "async":
             self._check_async()
         cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
@@ -74,6 +85,24 @@ class PPOTrainerConfig:
             "-1 unless actor_rollout_ref.rollout.calculate_log_probs=True (TIS needs the rollout's log-probs)",
             cap,
         )
+
+    def _check_sampling(self) -> None:
+        rollout, estimator = self.actor_rollout_ref.rollout, self.algorithm.adv_estimator
+        if estimator not in GROUP_BASELINE_ESTIMATORS:
+            return
+        why = (
+            f"with algorithm.adv_estimator={estimator}: greedy decoding makes the responses to a prompt "
+            "identical to each other (and to ReMax's greedy baseline), so every advantage is 0 and "
+            "nothing is trained"
+        )
+        prefix = "actor_rollout_ref.rollout"
+        check(
+            rollout.temperature > 0,
+            f"{prefix}.temperature",
+            f"a positive temperature {why}",
+            rollout.temperature,
+        )
+        check(rollout.do_sample, f"{prefix}.do_sample", f"True {why}", rollout.do_sample)
 
     def _check_async(self) -> None:
         check(
@@ -113,14 +142,35 @@ class PPOTrainerConfig:
         )
 
 
+# estimators whose baseline comes from the other responses to the same prompt (or, for ReMax, from
+# a greedy response): with greedy sampling their advantages are all 0
+GROUP_BASELINE_ESTIMATORS = (
+    "grpo",
+    "grpo_vectorized",
+    "grpo_passk",
+    "gdpo",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "gpg",
+    "reinforce_plus_plus_baseline",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+    "remax",
+)
+
 ConfigStore.instance().store(name=SCHEMA_NAME, node=PPOTrainerConfig)
 
 
 def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
-    """Resolve interpolations, build the dataclasses (type-checked by OmegaConf) and validate."""
+    """Check for keys added with ``+`` that the schema lacks, resolve interpolations, build the
+    dataclasses (type-checked by OmegaConf), convert verl's deprecated spellings (logged), validate."""
+    check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, PPOTrainerConfig):
         raise ConfigError(f"expected a ppo_trainer config, got {type(typed).__name__}")
+    for note in convert_verl_keys(typed):
+        logger.warning("config note: converted %s", note)
     typed.validate()
     return typed
 
@@ -133,25 +183,15 @@ def load_config(
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
+    overrides = normalize_overrides(list(overrides or []), PPOTrainerConfig)
     with initialize_config_dir(config_dir=config_dir or CONFIG_DIR, version_base=None):
-        cfg = compose(config_name=config_name, overrides=list(overrides or []))
+        cfg = compose(config_name=config_name, overrides=overrides)
     return to_typed_config(cfg)
 
 
-GPU_ONLY_KEYS = (
-    "actor_rollout_ref.model.use_remove_padding",
-    "actor_rollout_ref.model.enable_activation_offload",
-    "actor_rollout_ref.model.use_liger",
-    "actor_rollout_ref.model.use_fused_kernels",
-    "actor_rollout_ref.actor.use_torch_compile",
-    "actor_rollout_ref.actor.fsdp_config.param_offload",
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
-    "actor_rollout_ref.actor.fsdp_config.offload_policy",
-    "actor_rollout_ref.ref.fsdp_config.param_offload",
+GPU_ONLY_KEYS = (  # take effect on cuda only
     "actor_rollout_ref.rollout.dtype",
-    "critic.model.use_remove_padding",
-    "critic.model.fsdp_config.param_offload",
-    "critic.model.fsdp_config.optimizer_offload",
+    "actor_rollout_ref.rollout.offload_weights",
 )
 ENGINE_ONLY_KEYS = (  # read by vllm/sglang only
     "actor_rollout_ref.rollout.gpu_memory_utilization",
@@ -165,8 +205,19 @@ ENGINE_ONLY_KEYS = (  # read by vllm/sglang only
     "actor_rollout_ref.rollout.disable_log_stats",
     "actor_rollout_ref.rollout.enable_chunked_prefill",
     "actor_rollout_ref.rollout.engine_kwargs",
+    "actor_rollout_ref.rollout.enable_prefix_caching",
+    "actor_rollout_ref.rollout.prompt_length",  # sizes the engine's max_model_len
 )
-ALWAYS_INERT_KEYS = (
+VLLM_INERT_KEYS = (  # with rollout.name=vllm, on every device
+    "actor_rollout_ref.rollout.layered_summon",  # weights go over in one in-memory pass
+    "actor_rollout_ref.rollout.offload_weights",  # hf rollout only; vllm frees memory by sleep()
+)
+VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has no sleep mode
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.free_cache_engine",
+)
+_FSDP_INERT = ("param_offload", "optimizer_offload", "offload_policy", "fsdp_size", "forward_prefetch")
+ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a prefix covers its section)
     "data.use_shm",
     "data.dataloader_num_workers",
     "data.filter_overlong_prompts_workers",
@@ -174,9 +225,51 @@ ALWAYS_INERT_KEYS = (
     "data.image_key",
     "data.video_key",
     "data.return_multi_modal_inputs",
-    "actor_rollout_ref.actor.fsdp_config.forward_prefetch",
+    "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.enable_activation_offload",
+    "actor_rollout_ref.model.use_liger",
+    "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.model.use_shm",
+    "actor_rollout_ref.model.torch_dtype",
+    "actor_rollout_ref.model.lora_alpha",
+    "actor_rollout_ref.model.target_modules",
+    "actor_rollout_ref.actor.strategy",
+    "actor_rollout_ref.actor.use_torch_compile",
+    *(f"actor_rollout_ref.actor.fsdp_config.{k}" for k in _FSDP_INERT),
+    "actor_rollout_ref.ref.strategy",
+    "actor_rollout_ref.ref.use_torch_compile",
+    *(f"actor_rollout_ref.ref.fsdp_config.{k}" for k in _FSDP_INERT),
+    "actor_rollout_ref.rollout.multi_turn.max_turns",
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    "actor_rollout_ref.rollout.multi_turn.format",
+    "critic.strategy",
+    "critic.model.use_remove_padding",
+    *(f"critic.model.fsdp_config.{k}" for k in _FSDP_INERT),
+    # the reward-model worker (reward_model.enable=True is refused) and verl's reward loop
+    "reward_model.strategy",
+    "reward_model.model",
+    "reward_model.micro_batch_size",
+    "reward_model.micro_batch_size_per_gpu",
+    "reward_model.max_length",
+    "reward_model.use_dynamic_bsz",
+    "reward_model.forward_max_token_len_per_gpu",
+    "reward_model.ulysses_sequence_parallel_size",
+    "reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node",
+    "reward_model.nnodes",
+    "reward_model.rollout",
+    "reward_model.use_reward_loop",
+    "reward_model.reward_loop_module_path",
+    "reward_model.reward_loop_class_name",
+    "reward_model.launch_reward_fn_async",
+    "reward_model.sandbox_fusion",
+    "reward.reward_manager.module",
+    "reward.reward_model",
+    "reward.sandbox_fusion",
+    "trainer.use_legacy_worker_impl",
     "trainer.profile_steps",
 )
+SERVER_ONLY_KEYS = ("actor_rollout_ref.rollout.server",)  # read by rollout.name=server only
 
 
 def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> list[str]:
@@ -186,8 +279,17 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(GPU_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.name == "hf":
         inert.update(ENGINE_ONLY_KEYS)
+    if config.actor_rollout_ref.rollout.name == "vllm":
+        inert.update(VLLM_INERT_KEYS + (VLLM_GPU_ONLY_KEYS if device == "cpu" else ()))
+    if config.actor_rollout_ref.rollout.name != "server":
+        inert.update(SERVER_ONLY_KEYS)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    return sorted(k for k in inert if k in given or any(k.startswith(g + ".") for g in given))
+    found = set()
+    for key in inert:
+        found.update(g for g in given if g == key or g.startswith(key + "."))  # a key in an inert section
+        if any(key.startswith(g + ".") for g in given):  # a whole section given at once
+            found.add(key)
+    return sorted(found)
 
 
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:

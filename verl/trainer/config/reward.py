@@ -4,6 +4,11 @@ Keys and defaults are verl's (``ppo_trainer.yaml``, ``reward_model/reward_model.
 DAPO recipe's ``reward_model.overlong_buffer``). One section is this project's own:
 ``reward_model.scoring`` sizes the process pool that runs rule scorers with a per-call timeout
 (see :mod:`verl.workers.reward.pool`).
+
+Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``). A
+reward-model worker is not implemented yet: ``reward_model.enable=True`` is refused at start-up,
+and the keys that only configure that worker (``model.*``, ``rollout.*``, micro-batch sizes, ...)
+are accepted from verl scripts and listed as inert (see ``verl.trainer.config.compat``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.trainer.config.base import check
+from verl.trainer.config.engine import FSDPConfig
+from verl.trainer.config.genrm import GenRMRolloutConfig
 
 __all__ = [
     "CustomRewardFunctionConfig",
@@ -34,6 +41,16 @@ class RewardModelModelConfig:
     """Python module to import before loading the model (registers custom architectures)."""
     trust_remote_code: bool = False
     """Allow a model that ships Python code."""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """Entries that override the reward model's HF config."""
+    use_shm: bool = False
+    """verl: copy the model to /dev/shm before loading."""
+    use_remove_padding: bool = False
+    """verl: pack sequences without padding in the reward model's forward."""
+    use_fused_kernels: bool = False
+    """verl: fused kernels in the reward model's forward."""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP sharding of the reward-model worker."""
 
 
 @dataclass
@@ -85,7 +102,27 @@ class ScoringPoolConfig:
 @dataclass
 class RewardModelConfig:
     enable: bool = False
-    """Run a model-based reward model; False uses only the rule scorers / custom reward function."""
+    """Run a model-based reward model (not implemented yet: True is refused); False scores with the
+    rule scorers / custom reward function."""
+    enable_resource_pool: bool = False
+    """verl: put the reward model on its own devices (reward-model worker only)."""
+    n_gpus_per_node: int = 8
+    """verl: devices per node of the reward model's own pool (reward-model worker only)."""
+    nnodes: int = 0
+    """verl: nodes of the reward model's own pool (reward-model worker only)."""
+    use_reward_loop: bool = True
+    """verl 0.8: score in reward-loop workers. Here scoring always runs in the reward manager's
+    process pool (reward_model.scoring), so this has no effect."""
+    num_workers: int | None = None
+    """verl: reward-loop workers scoring in parallel; converted to reward_model.scoring.num_workers."""
+    reward_loop_source: str = "register"
+    """verl: where the reward manager class comes from: register (by name; the only one supported)."""
+    reward_loop_module_path: str | None = None
+    """verl: file of a reward manager when reward_loop_source=importlib (refused)."""
+    reward_loop_class_name: str | None = None
+    """verl: class in that file when reward_loop_source=importlib (refused)."""
+    rollout: GenRMRolloutConfig = field(default_factory=GenRMRolloutConfig)
+    """verl: inference engine of a generative reward model (reward-model worker only)."""
     strategy: str = "fsdp"
     """Training-engine backend of the reward-model worker."""
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
@@ -105,11 +142,13 @@ class RewardModelConfig:
     reward_manager: str = "naive"
     """Reward manager that turns responses into scores: naive | batch | dapo, or a registered name."""
     launch_reward_fn_async: bool = False
-    """Compute rule rewards concurrently with the old-log-prob pass."""
+    """verl: compute rule rewards concurrently with the old-log-prob pass. No effect here: rewards are
+    their own timed phase, scored in parallel by the process pool."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for the reward manager's constructor."""
+    """Extra keyword arguments for the reward manager's constructor (verl's overlong_buffer_cfg entry
+    is converted to reward_model.overlong_buffer)."""
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
-    """Remote code sandbox (verl); accepted for compatibility."""
+    """Remote code sandbox (verl); accepted for compatibility, no effect."""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO's soft overlong penalty (used by reward_manager=dapo)."""
     scoring: ScoringPoolConfig = field(default_factory=ScoringPoolConfig)
@@ -121,6 +160,8 @@ class RewardModelConfig:
         )
         self.overlong_buffer.validate(f"{path}.overlong_buffer")
         self.scoring.validate(f"{path}.scoring")
+        if self.num_workers is not None:
+            check(self.num_workers >= 0, f"{path}.num_workers", "an integer >= 0", self.num_workers)
 
 
 @dataclass

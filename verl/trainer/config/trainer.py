@@ -25,8 +25,8 @@ class TrainerConfig:
     """Project name for loggers and the checkpoint dir."""
     experiment_name: str = "gsm8k"
     """Run name for loggers and the checkpoint dir."""
-    logger: list[str] = field(default_factory=lambda: ["console", "wandb"])
-    """Loggers: any of console, file, tensorboard, wandb, mlflow."""
+    logger: Any = field(default_factory=lambda: ["console", "wandb"])
+    """Loggers: a list of console, file, tensorboard, wandb, mlflow, or one name (trainer.logger=console)."""
     log_val_generations: int = 0
     """Validation samples (input, output, score) to log each validation."""
     rollout_data_dir: str | None = None
@@ -58,7 +58,7 @@ class TrainerConfig:
     default_hdfs_dir: str | None = None
     """Remote copy of checkpoints (not supported: must stay null)."""
     del_local_ckpt_after_load: bool = False
-    """Delete the local checkpoint after resuming from it."""
+    """Delete the local checkpoint after resuming from it (refused: without HDFS it is the only copy)."""
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     """Where checkpoints go (global_step_N/ below it)."""
     max_actor_ckpt_to_keep: int | None = None
@@ -78,12 +78,23 @@ class TrainerConfig:
     seed: int = 1
     """Seed of the driver's RNGs (python, numpy, torch)."""
     profile_steps: Any = None
-    """Steps to profile (not supported yet: accepted and ignored)."""
+    """Steps to profile (not supported yet: accepted, listed as inert at start-up)."""
+    use_legacy_worker_impl: str = "auto"
+    """verl's choice between its two worker implementations (auto | enable | disable); inert here
+    (one worker per role)."""
+
+    def __post_init__(self) -> None:
+        # verl's scripts write both trainer.logger=console and trainer.logger=[console,wandb]
+        if isinstance(self.logger, str):
+            self.logger = [self.logger]
 
     def validate(self, path: str) -> None:
         check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
+        check_choice(
+            self.use_legacy_worker_impl, ("auto", "enable", "disable"), f"{path}.use_legacy_worker_impl"
+        )
         if self.resume_mode == "resume_path":
             check(
                 self.resume_from_path is not None,
@@ -91,6 +102,12 @@ class TrainerConfig:
                 "a checkpoint dir when resume_mode=resume_path",
                 None,
             )
+        check(
+            isinstance(self.logger, list | tuple),
+            f"{path}.logger",
+            "a logger name or a list of names",
+            self.logger,
+        )
         for name in self.logger:
             check_choice(name, LOGGERS, f"{path}.logger")
         check(self.n_gpus_per_node >= 1, f"{path}.n_gpus_per_node", "at least 1", self.n_gpus_per_node)
@@ -105,12 +122,6 @@ class TrainerConfig:
         check(self.total_epochs >= 1, f"{path}.total_epochs", "at least 1", self.total_epochs)
         steps = self.total_training_steps
         check(steps is None or steps >= 1, f"{path}.total_training_steps", "null or at least 1", steps)
-        check(
-            self.default_hdfs_dir is None,
-            f"{path}.default_hdfs_dir",
-            "null (HDFS is not supported)",
-            self.default_hdfs_dir,
-        )
 
 
 @dataclass

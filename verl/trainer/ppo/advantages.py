@@ -1,99 +1,79 @@
-"""Advantage estimators: a registry of pure functions plus the driver-side ``compute_advantage``.
+"""Advantage estimators (registered by name) and the driver-side ``compute_advantage``.
 
-Every registered estimator takes the same keyword arguments::
+Importing this module registers every built-in estimator (verl 0.9.1's set):
 
-    fn(*, token_level_rewards [B, R], response_mask [B, R], index (np object array of uids, len B) | None,
-       config (AlgorithmConfig), values [B, R] | None, reward_baselines [B] | None, **kwargs)
-    -> (advantages [B, R], returns [B, R])
+* here: ``gae``, ``reinforce_plus_plus``, ``remax`` (per-token returns)
+* :mod:`~verl.trainer.ppo.group_advantages`: ``grpo``, ``grpo_vectorized``, ``gdpo``,
+  ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``rloo_vectorized``, ``opo``, ``gpg``
+* :mod:`~verl.trainer.ppo.token_baselines`: ``optimal_token_baseline``,
+  ``tir_optimal_token_baseline``
 
-so a new estimator is one decorated function::
-
-    @register_adv_est("my_estimator")
-    def my_estimator(*, token_level_rewards, response_mask, config, **kwargs): ...
-
-Outcome estimators use the sequence score ``s_i = sum_t r_{i,t}`` and broadcast one scalar
-per response over its valid tokens. Groups are the rows that share a ``uid`` (the n
-responses to one prompt). Numerics follow verl's ``core_algos.py``: unbiased group std,
-``eps = 1e-6``, and a group of one sample has mean 0 and std 1.
+The calling convention and the registry are in :mod:`~verl.trainer.ppo.adv_registry`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
+from verl.trainer.ppo.adv_registry import (
+    ADV_ESTIMATOR_REGISTRY,
+    GROUP_STD_EPS,
+    AdvEstimatorFn,
+    get_adv_estimator_fn,
+    register_adv_est,
+    require,
+)
+from verl.trainer.ppo.group_advantages import (
+    compute_gdpo_outcome_advantage,
+    compute_gpg_outcome_advantage,
+    compute_grpo_outcome_advantage,
+    compute_grpo_passk_outcome_advantage,
+    compute_grpo_vectorized_outcome_advantage,
+    compute_opo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
+)
+from verl.trainer.ppo.rollout_correction import apply_rollout_correction
+from verl.trainer.ppo.token_baselines import (
+    compute_multi_turn_optimal_token_baseline_advantage,
+    compute_optimal_token_baseline_advantage,
+)
 from verl.utils.torch_functional import masked_whiten
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
     from verl.trainer.config.algorithm import AlgorithmConfig
 
-AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}
-
-GROUP_STD_EPS = 1e-6
-"""Added to the group std before dividing (GRPO, pass@k)."""
-
-
-def register_adv_est(name: str) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
-    """Register an estimator under ``name`` (``algorithm.adv_estimator=name`` selects it)."""
-
-    def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
-        known = ADV_ESTIMATOR_REGISTRY.get(name)
-        if known is not None and known is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered to {known.__qualname__}")
-        ADV_ESTIMATOR_REGISTRY[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_adv_estimator_fn(name: str) -> AdvEstimatorFn:
-    """The estimator registered under ``name``; unknown names list the known ones."""
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}"
-        )
-    return ADV_ESTIMATOR_REGISTRY[name]
+__all__ = [
+    "ADV_ESTIMATOR_REGISTRY",
+    "GROUP_STD_EPS",
+    "AdvEstimatorFn",
+    "compute_advantage",
+    "compute_gae_advantage_return",
+    "compute_gdpo_outcome_advantage",
+    "compute_gpg_outcome_advantage",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
+    "compute_opo_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
+    "compute_pf_ppo_reweight_data",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
+    "get_adv_estimator_fn",
+    "pf_ppo_weights",
+    "register_adv_est",
+]
 
 
-# ----------------------------------------------------------------------------- helpers
-def _groups(index: np.ndarray | None, batch_size: int, estimator: str) -> list[torch.Tensor]:
-    """Row indices of each group, in order of first appearance."""
-    if index is None:
-        raise ValueError(
-            f"advantage estimator {estimator!r} needs the non-tensor column 'uid' to group responses"
-        )
-    if len(index) != batch_size:
-        raise ValueError(
-            f"advantage estimator {estimator!r}: 'uid' has {len(index)} rows but rewards have {batch_size}"
-        )
-    rows: dict[Any, list[int]] = {}
-    for i, uid in enumerate(index):
-        rows.setdefault(uid, []).append(i)
-    return [torch.tensor(r, dtype=torch.long) for r in rows.values()]
-
-
-def _group_mean_std(scores: torch.Tensor, groups: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row mean and unbiased std of its group; a single-sample group gets mean 0, std 1."""
-    mean, std = torch.zeros_like(scores), torch.ones_like(scores)
-    for rows in groups:
-        if len(rows) > 1:
-            mean[rows] = torch.mean(scores[rows])
-            std[rows] = torch.std(scores[rows])
-    return mean, std
-
-
-def _require(tensor: torch.Tensor | None, key: str, estimator: str) -> torch.Tensor:
-    if tensor is None:
-        raise ValueError(f"advantage estimator {estimator!r} needs batch key {key!r}")
-    return tensor
-
-
-# ----------------------------------------------------------------------------- estimators
+# ----------------------------------------------------------------------------- per-token returns
 @register_adv_est("gae")
 @torch.no_grad()
 def compute_gae_advantage_return(
@@ -110,7 +90,7 @@ def compute_gae_advantage_return(
     computed backwards; masked positions carry ``V`` and ``A`` through unchanged so they
     are skipped. ``returns = A + V``; the advantages are then whitened over valid tokens.
     """
-    values = _require(values, "values", "gae")
+    values = require(values, "values", "gae")
     gamma, lam = config.gamma, config.lam
     mask = response_mask.to(values.dtype)  # `1 - mask` below needs a numeric mask
     next_value = torch.zeros_like(values[:, 0])
@@ -128,129 +108,6 @@ def compute_gae_advantage_return(
     return masked_whiten(advantages, response_mask), returns
 
 
-@register_adv_est("grpo")
-@torch.no_grad()
-def compute_grpo_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    config: AlgorithmConfig,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO (Shao et al. 2024, https://arxiv.org/abs/2402.03300): ``A_i = (s_i - mean_g) / (std_g + 1e-6)``.
-
-    With ``algorithm.norm_adv_by_std_in_grpo=False`` it is ``A_i = s_i - mean_g``
-    (Dr.GRPO, https://arxiv.org/abs/2503.20783).
-    """
-    scores = token_level_rewards.sum(dim=-1)
-    mean, std = _group_mean_std(scores, _groups(index, len(scores), "grpo"))
-    if config.norm_adv_by_std_in_grpo:
-        scores = (scores - mean) / (std + GROUP_STD_EPS)
-    else:
-        scores = scores - mean
-    advantages = scores.unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
-@register_adv_est("grpo_passk")
-@torch.no_grad()
-def compute_grpo_passk_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    config: AlgorithmConfig,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pass@k training (Chen et al. 2025, https://arxiv.org/abs/2503.19595).
-
-    Only the best response of each group gets a non-zero advantage, ``s_max - s_second``
-    (divided by ``std_g + 1e-6`` when ``norm_adv_by_std_in_grpo``). Groups need >= 2 samples.
-    """
-    scores = token_level_rewards.sum(dim=-1)
-    advantages = torch.zeros_like(scores)
-    for rows in _groups(index, len(scores), "grpo_passk"):
-        group = scores[rows]
-        if group.numel() < 2:
-            raise ValueError(f"grpo_passk needs at least 2 responses per uid; row {rows[0].item()} is alone")
-        top, top_idx = torch.topk(group, 2)
-        advantage = top[0] - top[1]
-        if config.norm_adv_by_std_in_grpo:
-            advantage = advantage / (torch.std(group) + GROUP_STD_EPS)
-        advantages[rows[top_idx[0]]] = advantage
-    advantages = advantages.unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
-@register_adv_est("reinforce_plus_plus_baseline")
-@torch.no_grad()
-def compute_reinforce_plus_plus_baseline_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ with a group baseline (Hu 2025, https://arxiv.org/abs/2501.03262).
-
-    ``A_i = s_i - mean_g`` on every valid token, then whitened over all valid tokens of the batch.
-    """
-    scores = token_level_rewards.sum(dim=-1)
-    mean, _ = _group_mean_std(scores, _groups(index, len(scores), "reinforce_plus_plus_baseline"))
-    scores = (scores - mean).unsqueeze(-1).tile([1, token_level_rewards.shape[-1]]) * response_mask
-    advantages = masked_whiten(scores, response_mask) * response_mask
-    return advantages, advantages
-
-
-@register_adv_est("rloo")
-@torch.no_grad()
-def compute_rloo_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """RLOO (Ahmadian et al. 2024, https://arxiv.org/abs/2402.14740): leave-one-out baseline.
-
-    ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - mean_g)`` for a group of ``n > 1``;
-    a single-sample group keeps its raw score as the advantage (verl's behaviour).
-    """
-    scores = token_level_rewards.sum(dim=-1)
-    for rows in _groups(index, len(scores), "rloo"):
-        n = len(rows)
-        if n > 1:
-            mean = torch.mean(scores[rows])
-            scores[rows] = scores[rows] * n / (n - 1) - mean * n / (n - 1)
-    advantages = scores.unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
-@register_adv_est("opo")
-@torch.no_grad()
-def compute_opo_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """On-Policy RL with Optimal reward baseline (Hao et al. 2025, https://arxiv.org/abs/2505.23585).
-
-    Length-weighted group baseline ``b_g = sum_i |y_i| s_i / sum_i |y_i|``, ``A_i = s_i - b_g``;
-    a single-sample group has baseline 0.
-    """
-    lengths = response_mask.sum(dim=-1)
-    scores = token_level_rewards.sum(dim=-1)
-    baseline = torch.zeros_like(scores)
-    for rows in _groups(index, len(scores), "opo"):
-        if len(rows) > 1:
-            baseline[rows] = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
-    advantages = (scores - baseline).unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
 @register_adv_est("reinforce_plus_plus")
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(
@@ -262,15 +119,18 @@ def compute_reinforce_plus_plus_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, https://arxiv.org/abs/2501.03262).
 
-    Discounted return-to-go ``G_t = r_t + gamma * G_{t+1}`` (reset after the response
-    ends), whitened over all valid tokens of the batch: ``A = whiten(G) * mask``.
+    Discounted return-to-go over the valid tokens, ``G_t = r_t + gamma * G_{t'}`` with ``t'``
+    the next valid token: masked positions (padding, or observation tokens between two
+    turns) get ``G = 0`` and carry the running return across unchanged, ignoring their
+    reward. Whitened over all valid tokens of the batch: ``A = whiten(G) * mask``.
     """
+    mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        running = token_level_rewards[:, t] + config.gamma * running
-        returns[:, t] = running
-        running = running * response_mask[:, t]
+        candidate = token_level_rewards[:, t] + config.gamma * running
+        returns[:, t] = candidate * mask[:, t]
+        running = candidate * mask[:, t] + running * (1 - mask[:, t])
     advantages = masked_whiten(returns, response_mask) * response_mask
     return advantages, returns
 
@@ -289,51 +149,47 @@ def compute_remax_outcome_advantage(
     ``G_t = sum_{t' >= t} r_t'`` (undiscounted return-to-go), ``A_t = G_t - b * mask_t``
     with ``b`` the row's ``reward_baselines`` entry.
     """
-    reward_baselines = _require(reward_baselines, "reward_baselines", "remax")
+    reward_baselines = require(reward_baselines, "reward_baselines", "remax")
     returns = (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
     advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
     return advantages, returns
-
-
-@register_adv_est("gpg")
-@torch.no_grad()
-def compute_gpg_outcome_advantage(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GPG (Chu et al. 2025, https://arxiv.org/abs/2504.02546): ``A_i = alpha * (s_i - mean_g)``.
-
-    ``alpha = B / max(1, #rows with non-zero score)`` rescales the gradient when many
-    groups carry no signal. The normaliser ``F_norm`` is 1, as in verl.
-    """
-    scores = token_level_rewards.sum(dim=-1)
-    alpha = len(scores) / torch.count_nonzero(scores).clamp(min=1)
-    mean, _ = _group_mean_std(scores, _groups(index, len(scores), "gpg"))
-    f_norm = 1.0
-    advantages = (alpha * (scores - mean) / f_norm).unsqueeze(-1) * response_mask
-    return advantages, advantages
 
 
 # ----------------------------------------------------------------------------- driver entry
 def compute_advantage(data: DataProto, config: AlgorithmConfig) -> DataProto:
     """Run ``algorithm.adv_estimator`` on a batch and write ``advantages`` and ``returns``.
 
-    Reads ``token_level_rewards``, ``response_mask``, ``values`` and ``reward_baselines``
-    when present, and the non-tensor ``uid``. With ``algorithm.use_pf_ppo`` and GAE the
+    First, with ``algorithm.rollout_correction`` enabled (``rollout_is`` or ``rollout_rs``
+    set, or ``bypass_mode``), :func:`apply_rollout_correction` writes the rollout importance
+    weights and the rejection mask (``rollout_is_weights``, ``response_mask``; metrics in
+    ``meta_info["rollout_corr_metrics"]``), where verl 0.9.1's trainer does it. The estimator
+    then gets every batch key it may use (``token_level_rewards``, ``response_mask``,
+    ``values``, ``reward_baselines``, ``old_log_probs``, ``sum_pi_squared``,
+    ``rollout_is_weights``; ``None`` when absent), the non-tensor ``uid`` and the non-tensor
+    columns. With ``algorithm.use_pf_ppo`` and GAE the
     batch is then resampled by reward (PF-PPO), in place. Returns ``data``.
     """
+    correction = config.rollout_correction
+    if correction.bypass_mode or correction.rollout_is is not None or correction.rollout_rs is not None:
+        data.meta_info["rollout_corr_metrics"] = apply_rollout_correction(data, correction)
     batch = data.batch
     present = set(batch.keys())
+
+    def optional(key: str) -> torch.Tensor | None:
+        return batch[key] if key in present else None
+
     advantages, returns = get_adv_estimator_fn(config.adv_estimator)(
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
         index=data.non_tensor_batch.get("uid"),
         config=config,
-        values=batch["values"] if "values" in present else None,
-        reward_baselines=batch["reward_baselines"] if "reward_baselines" in present else None,
+        values=optional("values"),
+        reward_baselines=optional("reward_baselines"),
+        old_log_probs=optional("old_log_probs"),
+        sum_pi_squared=optional("sum_pi_squared"),
+        rollout_is_weights=optional("rollout_is_weights"),
+        non_tensor_batch=data.non_tensor_batch,
+        batch=batch,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns

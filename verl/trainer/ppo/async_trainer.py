@@ -13,7 +13,7 @@ One step, for step ``s`` (the trainer holds policy version ``v = s - 1``)::
     submit   generations for steps up to s + max_staleness      (rollout pool, non-blocking)
     gen      wait for step s's responses; check staleness v - min(token versions) <= bound
     reward, old_log_prob (proximal), ref, values, adv, update    (trainer pool, as in sync)
-    publish  weights v + 1 -> rollout                            (atomic swap between decode steps)
+    update_weights  publish v + 1 -> rollout                     (atomic swap between decode steps)
 
 The loss is the decoupled PPO objective: the PPO ratio is taken against the proximal
 log-probs the trainer recomputes (``old_log_probs``), and each token is weighted by the
@@ -150,14 +150,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
             "async/policy_version": float(self.policy_version),
         }
 
-    def train_step(self, batch: InFlight) -> dict[str, float]:
-        metrics = super().train_step(batch)
-        if self.global_steps > self.config.trainer.critic_warmup:  # the actor changed
-            with timed("publish_weights", timing := {}):
-                self.policy_version += 1
-                self._publish_weights()
-            metrics["timing_s/publish_weights"] = timing["publish_weights"]
-        return metrics
+    def sync_weights(self) -> dict[str, float]:
+        """After an actor update: publish the new version to the rollout pool."""
+        self._publish_weights()
+        return {}
 
     def _publish_weights(self) -> None:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps)."""

@@ -52,6 +52,21 @@ def init_ray(config: PPOTrainerConfig) -> None:
     )
 
 
+def write_ray_timeline(config: PPOTrainerConfig) -> None:
+    """``ray_init.timeline_json_file``: Ray's task timeline (chrome://tracing format), at the end."""
+    path = config.ray_init.timeline_json_file
+    if not path or not ray.is_initialized():
+        return
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        ray.timeline(filename=path)
+    except OSError as error:  # written at the very end: a failure must not hide the run's result
+        logger.warning("ray_init.timeline_json_file=%s: could not write the Ray timeline (%s)", path, error)
+        return
+    logger.info("wrote the Ray timeline to %s", path)
+
+
 def resolve_device(config: PPOTrainerConfig) -> str:
     """``trainer.device``: ``auto`` is cuda when the Ray cluster (or this machine) has GPUs."""
     if config.trainer.device != "auto":
@@ -62,11 +77,20 @@ def resolve_device(config: PPOTrainerConfig) -> str:
 
 def build_tokenizer(config: PPOTrainerConfig):
     model = config.actor_rollout_ref.model
+    if config.data.tokenizer:
+        key = "data.tokenizer"
+    else:
+        key = (
+            "actor_rollout_ref.model.tokenizer_path"
+            if model.tokenizer_path
+            else "actor_rollout_ref.model.path"
+        )
     return load_tokenizer(
         config.data.tokenizer or model.tokenizer_path or model.path,
         model.trust_remote_code or config.data.trust_remote_code,
         model.gguf_file,
         model.custom_chat_template,
+        key=key,
     )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import shutil
 import signal
 import tempfile
@@ -28,11 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.checkpoint_io import DRIVER_FILE, STEP_DIR, torch_load
+
 logger = logging.getLogger(__name__)
 
 POINTER_FILE = "latest_checkpointed_iteration.txt"
-DRIVER_FILE = "driver.pt"
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def step_dir(root: str, step: int) -> str:
@@ -169,4 +168,6 @@ def save_driver_state(folder: str, state: dict[str, Any]) -> None:
 
 
 def load_driver_state(folder: str) -> dict[str, Any]:
-    return torch.load(os.path.join(folder, DRIVER_FILE), weights_only=False)
+    """``driver.pt`` of ``folder``; a truncated or corrupt file is an error that names it, its step,
+    and the ``resume_from_path`` of the previous complete step."""
+    return torch_load(os.path.join(folder, DRIVER_FILE))

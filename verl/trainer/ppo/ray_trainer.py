@@ -10,7 +10,8 @@ One training step, in the order of the algorithm box::
     values         values <- critic(responses)                         (if GAE)
     adv            token_level_rewards, advantages, returns            (driver, pure functions)
     update_critic  critic PPO epochs                                   (if GAE)
-    update_actor   actor PPO epochs, then weight sync to the rollout   (after critic_warmup)
+    update_actor   actor PPO epochs                                    (after critic_warmup)
+    update_weights actor -> rollout weights as version v+1, verified   (after an actor update)
 
 Each phase is one short method below, timed under its name (``timing_s/<phase>``).
 """
@@ -29,7 +30,7 @@ import torch
 from verl.protocol import DataProto
 from verl.single_controller import WorkerGroupError
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.trainer.ppo import builders, checkpoint
+from verl.trainer.ppo import builders, checkpoint, generation_dump
 from verl.trainer.ppo.advantages import compute_advantage
 from verl.trainer.ppo.kl import apply_kl_penalty, get_kl_controller
 from verl.trainer.ppo.metric_utils import (
@@ -44,6 +45,22 @@ from verl.workers.engine.micro_batch import equal_size_partitions
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+def rollout_trainer_gap(
+    rollout_lp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the rollout engine's log-probs of the sampled tokens are from the trainer's, under
+    verl's names: probabilities (``training/rollout_probs_diff_*``) and log-probs."""
+    if not mask.any():
+        return {}
+    probs_diff = (rollout_lp[mask].exp() - old_lp[mask].exp()).abs()
+    return {
+        "training/rollout_probs_diff_max": float(probs_diff.max()),
+        "training/rollout_probs_diff_mean": float(probs_diff.mean()),
+        "training/rollout_probs_diff_std": float(probs_diff.std()) if probs_diff.numel() > 1 else 0.0,
+        "training/rollout_logprob_diff_max": float((rollout_lp[mask] - old_lp[mask]).abs().max()),
+    }
 
 
 @contextmanager
@@ -79,6 +96,7 @@ class RayPPOTrainer:
         self.tracker = builders.build_tracker(config)
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
+        self.policy_version = 0  # the weight version the rollout runs; the driver owns the counter
         self.epoch = 0
         self.nan_steps = {"consecutive": 0, "total": 0}
         self.wgs: dict = {}
@@ -144,6 +162,9 @@ class RayPPOTrainer:
         metrics: dict[str, float] = {}
         with timed("step", timing):
             batch = self.rollout_phase(batch, metrics, timing)
+            generation_dump.dump_rollouts(
+                batch, self.tokenizer, self.config.trainer.rollout_data_dir, self.global_steps
+            )
             self._balance_batch(batch)
             with timed("old_log_prob", timing):
                 self._compute_old_log_prob(batch, metrics)
@@ -161,6 +182,9 @@ class RayPPOTrainer:
             if self.global_steps > self.config.trainer.critic_warmup:
                 with timed("update_actor", timing):
                     metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+                with timed("update_weights", timing):
+                    self.policy_version += 1
+                    metrics.update(self.sync_weights())
         metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
@@ -181,6 +205,11 @@ class RayPPOTrainer:
         with timed("reward", timing):
             self._compute_reward(batch, metrics)
         return batch
+
+    def sync_weights(self) -> dict[str, float]:
+        """The colocated rollout takes the actor's weights as ``policy_version`` (each rank checks
+        its engine with a probe; rank 0's timings are reported)."""
+        return self.actor_rollout_wg.update_weights(self.policy_version)[0]
 
     def _reward_baselines(self, batch: DataProto) -> None:
         """ReMax: the reward of one greedy response per prompt is that prompt's baseline."""
@@ -231,12 +260,9 @@ class RayPPOTrainer:
         metrics["actor/entropy"] = float(entropys[mask].mean()) if mask.any() else 0.0
         batch.union(out)
         if "rollout_log_probs" in batch.batch.keys():
-            rollout_lp, old_lp = batch.batch["rollout_log_probs"][mask], batch.batch["old_log_probs"][mask]
-            if rollout_lp.numel():
-                metrics["training/rollout_logprob_diff_max"] = float((rollout_lp - old_lp).abs().max())
-                metrics["training/rollout_probs_diff_mean"] = float(
-                    (rollout_lp.exp() - old_lp.exp()).abs().mean()
-                )
+            metrics.update(
+                rollout_trainer_gap(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], mask)
+            )
 
     def _compute_advantage(self, batch: DataProto, metrics: dict[str, float]) -> None:
         algo = self.config.algorithm
@@ -246,6 +272,7 @@ class RayPPOTrainer:
         else:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
         compute_advantage(batch, algo)
+        metrics.update(batch.meta_info.pop("rollout_corr_metrics", {}))
 
     def _maybe_validate(self) -> dict[str, float]:
         freq = self.config.trainer.test_freq
@@ -308,6 +335,7 @@ class RayPPOTrainer:
     def _driver_state(self) -> dict:
         return {
             "global_steps": self.global_steps,
+            "policy_version": self.policy_version,
             "world_size": self.world_size,
             "dataloader": self.data.train.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
@@ -337,6 +365,9 @@ class RayPPOTrainer:
         if self.critic_wg is not None:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"))
         self.global_steps = state["global_steps"]
+        self.policy_version = state.get(
+            "policy_version", max(0, self.global_steps - self.config.trainer.critic_warmup)
+        )
         self.data.train.load_state_dict(state["dataloader"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.nan_steps = dict(state["nan_steps"])

@@ -13,6 +13,7 @@ import numpy as np
 
 from verl.protocol import DataProto
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.ppo.generation_dump import ground_truths, write_generations
 from verl.trainer.ppo.val_metrics import flatten_validation_metrics, process_validation_metrics
 from verl.utils.tracking import select_generations
 
@@ -59,6 +60,7 @@ class Validator:
         inputs: list[str] = []
         outputs: list[str] = []
         infos: dict[str, list[Any]] = {"reward": []}
+        gts: list[Any] = []
         for batch_index, batch_dict in enumerate(self.loader):
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array(
@@ -79,11 +81,17 @@ class Validator:
             uids.extend(batch.non_tensor_batch["uid"].tolist())
             inputs.extend(self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True))
             outputs.extend(_decode_responses(self.tokenizer, batch))
+            gts.extend(ground_truths(batch))
         metrics = flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
         self.history.append((step, metrics))
         n_logged = self.config.trainer.log_val_generations
         if n_logged > 0:
             self.tracker.log_generations(select_generations(inputs, outputs, infos["reward"], n_logged), step)
+        if self.config.trainer.validation_data_dir:
+            extra = {"data_source": sources, "uid": uids, **infos}
+            write_generations(
+                self.config.trainer.validation_data_dir, step, inputs, outputs, infos["reward"], gts, extra
+            )
         return metrics
 
 

@@ -44,6 +44,13 @@ def _read_parquet(file: str) -> Any:  # a pyarrow.Table
     import pyarrow.parquet as pq
 
     path = Path(file)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.parquet"))
+        hint = f"; it holds {', '.join(inside[:5])}: pass one of them (or a list)" if inside else ""
+        raise DatasetError(
+            f"{file}: is a directory; data.train_files / data.val_files expect a parquet file or a list "
+            f"of parquet files{hint}"
+        )
     if not path.is_file():
         raise DatasetError(f"{file}: no such file")
     if path.stat().st_size == 0:

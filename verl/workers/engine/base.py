@@ -60,7 +60,7 @@ class TrainEngine(ABC):
 
     @abstractmethod
     def load(self, folder: str, contents: list[str]) -> None:
-        """Restore what :meth:`save` wrote (same rank count)."""
+        """Restore what :meth:`save` wrote, on the same number of ranks (the driver checks it)."""
 
     def extra_state(self) -> dict[str, Any]:
         return {}

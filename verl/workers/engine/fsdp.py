@@ -1,10 +1,15 @@
 """The torch training engine: plain torch on one CPU rank, FSDP2 (``fully_shard``) otherwise.
 
-* CPU: fp32 everywhere; several ranks shard over gloo.
-* CUDA: fp32 master weights, bf16 compute (FSDP2 mixed precision), fp32 gradient reduction.
+* CPU: fp32 everywhere (unless ``fsdp_config.model_dtype`` says otherwise); several ranks shard
+  over gloo.
+* CUDA: fp32 master weights (or ``model_dtype``), bf16 compute (FSDP2 mixed precision), fp32
+  gradient reduction.
 
-Checkpoints use ``torch.distributed.checkpoint`` (DCP): every rank writes its shard, and
-DCP reshards on load, so a checkpoint also loads onto a different number of ranks.
+Checkpoints use ``torch.distributed.checkpoint`` (DCP): every rank writes its shard. Resuming
+needs the same number of ranks: the driver refuses a checkpoint written by another count (the
+LR-schedule and RNG files are per rank). To continue on another layout, export the weights with
+``python -m verl.model_merger merge`` and start a new run from them. A truncated or corrupt shard
+is an error that names the file and the previous step to resume from.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -27,7 +33,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from verl.trainer.config.engine import FSDPConfig, OptimConfig
+from verl.trainer.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
+from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
@@ -77,7 +84,8 @@ class FSDPEngine(TrainEngine):
         self.sharded = self.world_size > 1 or device.type == "cuda"
         if gradient_checkpointing and optim is not None and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        module.to(device)
+        dtype = getattr(torch, MODEL_DTYPES[fsdp.model_dtype]) if fsdp.model_dtype else None
+        module.to(device=device, dtype=dtype)
         self.module = apply_fsdp2(module, device.type, fsdp) if self.sharded else module
         self.grad_clip = grad_clip
         self.optimizer = build_optimizer(self.module.parameters(), optim) if optim is not None else None
@@ -157,7 +165,13 @@ class FSDPEngine(TrainEngine):
     def load(self, folder: str, contents: list[str]) -> None:
         state = self._dcp_state(contents)
         if state:
-            dcp.load(state, checkpoint_id=folder)
+            try:
+                dcp.load(state, checkpoint_id=folder)
+            except (Exception, CheckpointException) as error:  # the latter is a BaseException
+                culprit = find_truncated_dcp_file(folder)
+                if culprit is None:
+                    raise
+                raise read_error(culprit, error) from error
             model_sd = state.get("model")
             optim_sd = state.get("optimizer")
             if optim_sd is not None:
@@ -168,7 +182,7 @@ class FSDPEngine(TrainEngine):
                 set_model_state_dict(self.module, model_sd)
         extra = os.path.join(folder, f"extra_rank_{self.rank}.pt")
         if "extra" in contents and self.lr_scheduler is not None and os.path.exists(extra):
-            self.lr_scheduler.load_state_dict(torch.load(extra, weights_only=False)["lr_scheduler"])
+            self.lr_scheduler.load_state_dict(torch_load(extra)["lr_scheduler"])
 
     def _dcp_state(self, contents: list[str]) -> dict:
         optimizers = [self.optimizer] if self.optimizer is not None and "optimizer" in contents else []

@@ -2,32 +2,37 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
-from torch import nn
 
 from verl.trainer.config.rollout import RolloutConfig
-from verl.workers.rollout.base import Rollout
+from verl.utils.model import eos_token_ids, load_causal_lm
+from verl.workers.rollout.base import Rollout, WeightSyncError, verify_weight_sync
 
 
-def build_rollout(
-    config: RolloutConfig,
-    module: nn.Module,
-    pad_token_id: int,
-    eos_token_ids: list[int],
-    device: torch.device,
-    seed: int,
-) -> Rollout:
-    """The backend named by ``rollout.name``; GPU-only engines are imported lazily."""
+def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.device, seed: int) -> Rollout:
+    """The backend named by ``rollout.name`` for the model of ``model_config``; engines are imported
+    lazily (vLLM is an optional dependency)."""
+    pad, eos = tokenizer.pad_token_id, eos_token_ids(tokenizer, model_config.path)
     if config.name == "hf":
         from verl.workers.rollout.hf_rollout import HFRollout
 
-        return HFRollout(module, config, pad_token_id, eos_token_ids, device, seed)
-    if config.name in ("vllm", "sglang"):
-        raise NotImplementedError(
-            f"actor_rollout_ref.rollout.name={config.name} needs the '{config.name}' extra and a CUDA GPU; "
-            "it is not wired into this build yet. Use rollout.name=hf (in-process) instead."
-        )
-    raise NotImplementedError(f"actor_rollout_ref.rollout.name={config.name} is not available yet; use hf")
+        dtype = getattr(torch, config.dtype) if device.type == "cuda" else torch.float32
+        return HFRollout(load_causal_lm(model_config, dtype=dtype), config, pad, eos, device, seed)
+    if config.name == "vllm":
+        from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+        if model_config.gguf_file:
+            raise ValueError(
+                "actor_rollout_ref.model.gguf_file: the vllm rollout loads a Hugging Face model directory; "
+                "convert the GGUF file once (python -m verl.utils.smollm --target_dir DIR) and pass that DIR"
+            )
+        path = os.path.expanduser(model_config.path)
+        return VLLMRollout(path, config, pad, eos, device, seed, model_config.trust_remote_code)
+    raise NotImplementedError(
+        f"actor_rollout_ref.rollout.name={config.name} is not available yet; use hf or vllm"
+    )
 
 
-__all__ = ["Rollout", "build_rollout"]
+__all__ = ["Rollout", "WeightSyncError", "build_rollout", "verify_weight_sync"]

@@ -13,7 +13,9 @@
 
 ``update_weights(named_tensors, version)`` installs new weights atomically (a generation
 never runs on a half-updated model); ``sleep()`` / ``wake_up()`` free and restore device
-memory between generations.
+memory between generations; ``sequence_log_probs(token_ids)`` scores a fixed sequence under
+the engine's current weights (the probe that verifies a weight sync, see
+:func:`verify_weight_sync`).
 """
 
 from __future__ import annotations
@@ -43,9 +45,36 @@ class Rollout(ABC):
     def wake_up(self) -> None:
         """Reacquire device memory before generating."""
 
+    @abstractmethod
+    def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
+        """Log-probs at temperature 1 of ``token_ids[1:]``, each given the tokens before it."""
+
     def state_dict(self) -> dict:
         """State that determines future generations (the sampling RNG), for exact resume."""
         return {"version": self.version}
 
     def load_state_dict(self, state: dict) -> None:
         self.version = state["version"]
+
+
+class WeightSyncError(RuntimeError):
+    """The rollout engine does not run the weights the trainer just sent."""
+
+
+def verify_weight_sync(
+    rollout: Rollout, token_ids: list[int], expected: torch.Tensor, tolerance: float, version: int
+) -> float:
+    """Score the probe ``token_ids`` with the engine and compare with the trainer's log-probs
+    ``expected``; returns the mean absolute gap, raises :class:`WeightSyncError` above
+    ``tolerance``. A sync that silently left old (or partial) weights in the engine moves these
+    log-probs by far more than float rounding does."""
+    got = rollout.sequence_log_probs(token_ids).float()
+    gap = float((got - expected.float().cpu()).abs().mean())
+    if not gap <= tolerance:
+        raise WeightSyncError(
+            f"weight sync to version {version} failed verification: on a {len(token_ids)}-token probe the "
+            f"rollout engine's log-probs differ from the trainer's by {gap:.3g} on average (tolerance "
+            f"{tolerance:g}, actor_rollout_ref.rollout.weight_sync_check_tol); the engine is not running "
+            "the trained weights. Set actor_rollout_ref.rollout.weight_sync_check=False only to debug this"
+        )
+    return gap

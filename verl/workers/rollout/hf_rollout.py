@@ -71,10 +71,13 @@ class HFRollout(Rollout):
         staged = {name: t.detach().to(self.device, copy=True) for name, t in named_tensors}
         with self._lock:
             self._pending = (staged, version)
-        if not self._generating:
-            self._apply_pending()
-
-    _generating = False
+        # Idle: swap now. Generating (the lock is held): the decode loop swaps them in between
+        # two steps. Testing a flag instead would race with a generation starting meanwhile.
+        if self._generate_lock.acquire(blocking=False):
+            try:
+                self._apply_pending()
+            finally:
+                self._generate_lock.release()
 
     def _apply_pending(self) -> bool:
         with self._lock:
@@ -121,12 +124,8 @@ class HFRollout(Rollout):
         prompt_ids = prompts.batch["input_ids"].to(self.device)
         prompt_mask = prompts.batch["attention_mask"].to(self.device)
         prompt_pos = prompts.batch["position_ids"].to(self.device)
-        self._generating = True
-        try:
-            self._apply_pending()
-            decoded = self._decode(prompt_ids, prompt_mask, prompt_pos, params)
-        finally:
-            self._generating = False
+        self._apply_pending()
+        decoded = self._decode(prompt_ids, prompt_mask, prompt_pos, params)
         return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params)
 
     def _prefill(
@@ -219,6 +218,19 @@ class HFRollout(Rollout):
             micro = {k: v.to(self.device) for k, v in micro.items()}
             outs.append(response_log_probs(self.module, micro, temperature)["log_probs"].float().cpu())
         return torch.cat(outs, dim=0)
+
+    @torch.no_grad()
+    def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
+        ids = torch.tensor([token_ids], device=self.device)
+        micro = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(len(token_ids), device=self.device)[None],
+            "responses": ids[:, 1:],
+        }
+        with self._generate_lock:  # not while a generation has half-applied weights
+            self._apply_pending()
+            return response_log_probs(self.module, micro, 1.0)["log_probs"][0].float().cpu()
 
     def sleep(self) -> None:
         if self.device.type == "cuda" and self.config.offload_weights:

