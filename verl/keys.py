@@ -59,6 +59,7 @@ META_KEYS: dict[str, str] = {
     "response_length": "maximum generated tokens for this generation call (overrides the config)",
     "global_steps": "the trainer's step counter",
     "sampling_seed": "reseeds the rollout sampler for this request (the trainers pass the step, so a replayed step samples the same tokens)",
+    "weight_version": "the policy version a batch must be generated with, whole (async trainer with async_training.partial_rollout=False)",
     "global_token_num": "list of non-padding token counts per row (for throughput metrics)",
     "metrics": "dict of metrics a worker returns alongside its output",
     "timing": "dict of phase timings a worker returns alongside its output",

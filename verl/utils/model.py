@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -92,6 +93,48 @@ def load_tokenizer(
         tokenizer.chat_template = chat_template
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where the policy's tokenizer is loaded from, resolved once by the driver and handed to the
+    workers, so that both tokenize with the same vocabulary and the same pad and EOS ids."""
+
+    path: str
+    trust_remote_code: bool = False
+    gguf_file: str | None = None
+    chat_template: str | None = None
+    key: str = "actor_rollout_ref.model.path"
+    """The config key ``path`` came from (named in errors)."""
+
+
+def resolve_tokenizer_source(
+    model_config, data_tokenizer: str | None = None, data_trust_remote_code: bool = False
+) -> TokenizerSource:
+    """``data.tokenizer``, else ``model.tokenizer_path``, else ``model.path``; remote code is
+    allowed when ``model.trust_remote_code`` or ``data.trust_remote_code`` allows it. The model's
+    ``gguf_file`` applies unless ``data.tokenizer`` names a tokenizer of its own."""
+    if data_tokenizer:
+        path, key, gguf_file = data_tokenizer, "data.tokenizer", None
+    elif model_config.tokenizer_path:
+        path, key = model_config.tokenizer_path, "actor_rollout_ref.model.tokenizer_path"
+        gguf_file = model_config.gguf_file
+    else:
+        path, key, gguf_file = model_config.path, "actor_rollout_ref.model.path", model_config.gguf_file
+    return TokenizerSource(
+        path=path,
+        trust_remote_code=model_config.trust_remote_code or data_trust_remote_code,
+        gguf_file=gguf_file,
+        chat_template=model_config.custom_chat_template,
+        key=key,
+    )
+
+
+def load_tokenizer_from(source: TokenizerSource):
+    """:func:`load_tokenizer` with the settings of ``source``."""
+    return load_tokenizer(
+        source.path, source.trust_remote_code, source.gguf_file, source.chat_template, key=source.key
+    )
 
 
 def _hf_config(path: str, override: dict[str, Any], trust_remote_code: bool, gguf_file: str | None, key: str):

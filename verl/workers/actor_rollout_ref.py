@@ -23,12 +23,19 @@ from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.ppo.actor_loss import compute_actor_loss
 from verl.trainer.ppo.metric_utils import compute_mfu, compute_perf_metrics
 from verl.utils.checkpoint_io import torch_load
-from verl.utils.model import load_causal_lm, load_tokenizer, save_hf_files
+from verl.utils.model import (
+    TokenizerSource,
+    load_causal_lm,
+    load_tokenizer_from,
+    resolve_tokenizer_source,
+    save_hf_files,
+)
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
 from verl.workers.rollout import build_rollout, verify_weight_sync
+from verl.workers.rollout.staged import StagedWeights
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
 ACTOR_LOSS_KEYS = [
@@ -42,7 +49,14 @@ ACTOR_LOSS_KEYS = [
 
 
 class ActorRolloutRefWorker(Worker):
-    def __init__(self, config: ActorRolloutRefConfig, role: str = "actor_rollout_ref") -> None:
+    def __init__(
+        self,
+        config: ActorRolloutRefConfig,
+        role: str = "actor_rollout_ref",
+        tokenizer: TokenizerSource | None = None,
+    ) -> None:
+        """``tokenizer``: where the driver loaded its tokenizer from (it may come from
+        ``data.tokenizer``); by default ``model.tokenizer_path`` or ``model.path``."""
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
@@ -53,6 +67,7 @@ class ActorRolloutRefWorker(Worker):
         self.is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
         self.actor = self.ref = self.rollout = None
         self.version = 0
+        self.tokenizer_source = tokenizer or resolve_tokenizer_source(config.model)
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -60,12 +75,7 @@ class ActorRolloutRefWorker(Worker):
         self.init_process_group()
         model_cfg = self.config.model
         torch.manual_seed(self.config.rollout.seed + self.rank)
-        self.tokenizer = load_tokenizer(
-            model_cfg.tokenizer_path or model_cfg.path,
-            model_cfg.trust_remote_code,
-            model_cfg.gguf_file,
-            model_cfg.custom_chat_template,
-        )
+        self.tokenizer = load_tokenizer_from(self.tokenizer_source)
         if self.is_actor:
             actor_cfg = self.config.actor
             self.actor = FSDPEngine(
@@ -89,14 +99,25 @@ class ActorRolloutRefWorker(Worker):
                 self.device,
                 self.config.rollout.seed + self.rank,
             )
+            self.staged = StagedWeights(self.rollout)
             if self.is_actor and self.config.rollout.load_format.startswith("dummy"):
                 self.update_weights(0)  # the engine started with random weights: it gets the actor's
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def tokenizer_info(self) -> dict[str, int | None]:
+        """The ids this worker pads and ends responses with, and its vocabulary size (what the
+        driver's tokenizer must agree with)."""
+        tok = self.tokenizer
+        return {"pad_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "vocab_size": len(tok)}
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         self.rollout.wake_up()
-        out = self.rollout.generate_sequences(prompts)
+        if self.staged.versions or "weight_version" in prompts.meta_info:  # one exact version per batch
+            out = self.staged.generate(prompts)
+        else:
+            out = self.rollout.generate_sequences(prompts)
         self.rollout.sleep()
         return out
 
@@ -167,14 +188,18 @@ class ActorRolloutRefWorker(Worker):
         return path
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def receive_weights(self, weights, version: int) -> None:
-        """Stage published weights (a dict, or a safetensors path) in the rollout; they replace
-        the old ones as a whole between two decoding steps, even mid-generation."""
+    def receive_weights(self, weights, version: int, keep_from: int | None = None) -> None:
+        """Published weights (a dict, or a safetensors path). Without ``keep_from`` they replace
+        the old ones as a whole between two decoding steps, even mid-generation; with it they
+        are kept by version until a batch asks for them (versions older than ``keep_from`` go)."""
         if isinstance(weights, str):
             from safetensors.torch import load_file
 
             weights = load_file(weights)
-        self.rollout.update_weights(weights.items(), version)
+        if keep_from is None:
+            self.rollout.update_weights(weights.items(), version)
+        else:
+            self.staged.add(weights, version, keep_from)
         self.version = version
 
     # ------------------------------------------------------------------ log-probs

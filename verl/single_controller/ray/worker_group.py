@@ -196,19 +196,26 @@ def create_colocated_worker_groups(
             options["num_gpus"] = share
         threads = max(1, int(resource_pool.cpus_per_process * share))
         actors.append(ray.remote(WorkerHost).options(**options).remote(env, threads))
-    master_addr, master_port = _get_or_die(
-        actors[0].node_info.remote(), "node_info", 0, class_dict, setup_timeout_s
-    )
-    env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
-    setups = [actor.setup.remote(env, class_dict) for actor in actors]
-    pids = [
-        _get_or_die(ref, "__init__", rank, class_dict, setup_timeout_s) for rank, ref in enumerate(setups)
-    ]
+    try:
+        pids = _set_up(actors, class_dict, setup_timeout_s)
+    except BaseException:  # no group holds these processes yet: nothing else would end them
+        _Hosts(actors, []).kill()
+        raise
     hosts = _Hosts(actors, pids)
     return {
         role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
         for role, spec in class_dict.items()
     }
+
+
+def _set_up(actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float) -> list[int]:
+    """Give the host actors the rendezvous address and build their roles; their process ids."""
+    master_addr, master_port = _get_or_die(
+        actors[0].node_info.remote(), "node_info", 0, class_dict, timeout_s
+    )
+    env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+    setups = [actor.setup.remote(env, class_dict) for actor in actors]
+    return [_get_or_die(ref, "__init__", rank, class_dict, timeout_s) for rank, ref in enumerate(setups)]
 
 
 def _get_or_die(

@@ -23,6 +23,11 @@ class AsyncTrainingConfig:
     drop_stale: bool = False
     """Mask out samples older than max_staleness instead of failing (the producer's throttle
     already prevents them; this guards against a lagging rollout)."""
+    partial_rollout: bool = True
+    """True: a weight update published while a batch is generated lands mid-batch (hf: between two
+    decoding steps, so token versions change inside a sequence; vllm: between two engine calls).
+    False: each batch is generated entirely with the weights published when it was submitted, so a
+    seeded run gives the same samples whatever the timing (up to max_staleness + 1 versions are kept)."""
     weight_transport: str = "object_store"
     """How the actor publishes weights to the rollout: object_store (in memory through Ray) or
     filesystem (safetensors under weight_dir, for disaggregated machines)."""

@@ -15,6 +15,10 @@ One step, for step ``s`` (the trainer holds policy version ``v = s - 1``)::
     reward, old_log_prob (proximal), ref, values, adv, update    (trainer pool, as in sync)
     update_weights  publish v + 1 -> rollout                     (atomic swap between decode steps)
 
+With ``async_training.partial_rollout=False`` a batch is instead generated entirely with the
+version published when it was submitted (newer versions wait, kept by version in the rollout),
+so a seeded run gives the same samples however the threads are scheduled.
+
 The loss is the decoupled PPO objective: the PPO ratio is taken against the proximal
 log-probs the trainer recomputes (``old_log_probs``), and each token is weighted by the
 truncated importance weight ``min(pi_prox / pi_behav, actor.tis_imp_ratio_cap)`` with the
@@ -52,6 +56,7 @@ class InFlight:
     batch: DataProto
     future: Any
     loader_state: dict
+    weight_version: int = 0  # the policy version published when it was submitted
 
 
 def sample_staleness(
@@ -67,6 +72,17 @@ def sample_staleness(
     return current_version - oldest, newest - oldest
 
 
+def isolate_rows(uids: np.ndarray, rows: torch.Tensor) -> np.ndarray:
+    """A copy of ``uids`` where each row selected by the bool mask ``rows`` has a uid of its own
+    (``<uid>/dropped-<row>``), so group estimators (grpo, rloo, ...) leave it out of the mean and
+    std of the group it was sampled in. Rows stay in the batch: its size (which the
+    mini-batches and the data-parallel split are sized by) does not change."""
+    isolated = uids.copy()
+    for row in torch.nonzero(rows).flatten().tolist():
+        isolated[row] = f"{uids[row]}/dropped-{row}"
+    return isolated
+
+
 class AsyncPPOTrainer(RayPPOTrainer):
     def __init__(self, config: PPOTrainerConfig) -> None:
         super().__init__(config)
@@ -77,6 +93,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.staleness_seen: list[int] = []  # every consumed sample, in order
         self._consumed_loader_state: dict | None = None
         self._last_weight_file: str | None = None
+        self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
 
     def init_workers(self) -> None:
         self.wgs, self.pools = builders.build_async_worker_groups(self.config, self.device)
@@ -93,7 +110,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         """Step-ordered generations; called at the start of each step, it first tops up the
         generations the staleness bound allows (up to step s + max_staleness)."""
         prompts = super()._batches()
-        in_flight: deque[InFlight] = deque()
+        in_flight = self._in_flight = deque()
         while True:
             step = self.global_steps  # fit() has already counted the step about to run
             newest = min(step + self.async_cfg.max_staleness, self.total_training_steps)
@@ -107,8 +124,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
         batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
         prompts = batch.pop(batch_keys=PROMPT_KEYS)
         prompts.meta_info.update(global_steps=step, do_sample=True, sampling_seed=step)
+        if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
+            prompts.meta_info["weight_version"] = self.policy_version
         future = self.rollout_wg.generate_sequences(prompts, blocking=False)
-        return InFlight(step, batch, future, self.data.train.state_dict())
+        return InFlight(step, batch, future, self.data.train.state_dict(), self.policy_version)
 
     # ------------------------------------------------------------------ phases
     def rollout_phase(
@@ -139,7 +158,9 @@ class AsyncPPOTrainer(RayPPOTrainer):
                     f"old, beyond async_training.max_staleness={bound} (set async_training.drop_stale=True "
                     "to mask them out instead)"
                 )
-            batch.batch["response_mask"][stale] = 0  # they count in no loss and no advantage
+            batch.batch["response_mask"][stale] = 0  # they count in no loss
+            if "uid" in batch.non_tensor_batch:  # ... and in no group baseline of the rows kept
+                batch.non_tensor_batch["uid"] = isolate_rows(batch.non_tensor_batch["uid"], stale)
         self.staleness_seen.extend(staleness.tolist())
         return {
             "async/staleness_mean": float(staleness.float().mean()),
@@ -160,7 +181,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
         cfg = self.async_cfg
         weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
         source = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
-        self.rollout_wg.receive_weights(source, self.policy_version)
+        keep_from = None  # partial rollout: swapped in at once, mid-batch
+        if not cfg.partial_rollout:  # kept until the batches submitted with older versions have run
+            keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
+        self.rollout_wg.receive_weights(source, self.policy_version, keep_from)
         if weight_dir is not None:
             if self._last_weight_file is not None and os.path.exists(self._last_weight_file):
                 os.remove(self._last_weight_file)

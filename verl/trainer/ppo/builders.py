@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,7 @@ import torch
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.utils import builtin
-from verl.utils.model import load_tokenizer
+from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 
 logger = logging.getLogger(__name__)
 
@@ -75,23 +77,14 @@ def resolve_device(config: PPOTrainerConfig) -> str:
     return "cuda" if gpus > 0 else "cpu"
 
 
+def tokenizer_source(config: PPOTrainerConfig) -> TokenizerSource:
+    """The policy's tokenizer settings; the driver and the policy workers both load from these."""
+    data = config.data
+    return resolve_tokenizer_source(config.actor_rollout_ref.model, data.tokenizer, data.trust_remote_code)
+
+
 def build_tokenizer(config: PPOTrainerConfig):
-    model = config.actor_rollout_ref.model
-    if config.data.tokenizer:
-        key = "data.tokenizer"
-    else:
-        key = (
-            "actor_rollout_ref.model.tokenizer_path"
-            if model.tokenizer_path
-            else "actor_rollout_ref.model.path"
-        )
-    return load_tokenizer(
-        config.data.tokenizer or model.tokenizer_path or model.path,
-        model.trust_remote_code or config.data.trust_remote_code,
-        model.gguf_file,
-        model.custom_chat_template,
-        key=key,
-    )
+    return load_tokenizer_from(tokenizer_source(config))
 
 
 @dataclass
@@ -142,7 +135,6 @@ def build_reward_fns(config: PPOTrainerConfig, tokenizer):
 
 def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str, Any], RayResourcePool]:
     """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)."""
-    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
     from verl.workers.critic import CriticWorker
 
     trainer = config.trainer
@@ -153,21 +145,55 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
         cpus_per_process=trainer.cpus_per_worker,
     )
     role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
-    class_dict = {
-        "actor_rollout": RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, role=role)
-    }
+    class_dict = {"actor_rollout": _policy_worker(config, role)}
     if config.use_critic:
         class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
-    groups = create_colocated_worker_groups(
-        pool,
-        class_dict,
-        call_timeout_s=trainer.worker_call_timeout_s,
-        setup_timeout_s=trainer.ray_wait_register_center_timeout,
-    )
-    for name in ("critic", "actor_rollout"):
-        if name in groups:
-            groups[name].init_model()
+    groups: dict[str, Any] = {}
+    with _released_on_failure([pool], groups):
+        groups.update(
+            create_colocated_worker_groups(
+                pool,
+                class_dict,
+                call_timeout_s=trainer.worker_call_timeout_s,
+                setup_timeout_s=trainer.ray_wait_register_center_timeout,
+            )
+        )
+        for name in ("critic", "actor_rollout"):
+            if name in groups:
+                groups[name].init_model()
     return groups, pool
+
+
+def _policy_worker(config: PPOTrainerConfig, role: str) -> RayClassWithInitArgs:
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    return RayClassWithInitArgs(
+        ActorRolloutRefWorker, config.actor_rollout_ref, role=role, tokenizer=tokenizer_source(config)
+    )
+
+
+@contextmanager
+def _released_on_failure(pools: list[RayResourcePool], groups: dict[str, Any]) -> Iterator[None]:
+    """On a failure while the worker groups are built, shut down the groups made so far and
+    release the pools, then re-raise. The trainer only learns of them once the builder
+    returns, so it could not: a restart (``trainer.max_restarts``) would wait for bundles
+    that nothing frees."""
+    try:
+        yield
+    except BaseException:
+        for group in groups.values():  # colocated groups share processes: killing twice is a no-op
+            _quietly(group.shutdown, f"shutting down the {group.role!r} workers")
+        for pool in pools:
+            _quietly(pool.release, f"releasing resource pool {pool.name_prefix!r}")
+        raise
+
+
+def _quietly(cleanup: Any, what: str) -> None:
+    """Run ``cleanup``; an error in it is logged, so it cannot hide the failure being raised."""
+    try:
+        cleanup()
+    except Exception as error:
+        logger.warning("after a failed worker set-up, %s failed too: %s", what, error)
 
 
 def build_async_worker_groups(
@@ -177,9 +203,6 @@ def build_async_worker_groups(
     ``nnodes x n_gpus_per_node`` processes; the rollout on its own ``rollout_pool`` of
     ``nnodes x async_training.rollout_n_gpus`` processes, which take a weight update while they
     generate (two calls at a time per process)."""
-    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from verl.workers.critic import CriticWorker
-
     trainer = config.trainer
     pools = []
     groups: dict[str, Any] = {}
@@ -194,35 +217,38 @@ def build_async_worker_groups(
             rollout_cpus,
         ),
     }
-    for name, (processes, concurrency, cpus) in layouts.items():
-        pool = RayResourcePool(processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus)
-        pools.append(pool)
-        if name == "trainer_pool":
-            role = "actor_ref" if config.use_reference else "actor"
-            class_dict = {
-                "actor": RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, role=role)
-            }
-            if config.use_critic:
-                class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
-        else:
-            class_dict = {
-                "rollout": RayClassWithInitArgs(
-                    ActorRolloutRefWorker, config.actor_rollout_ref, role="rollout"
-                )
-            }
-        groups.update(
-            create_colocated_worker_groups(
-                pool,
-                class_dict,
-                call_timeout_s=trainer.worker_call_timeout_s,
-                max_concurrency=concurrency,
-                setup_timeout_s=trainer.ray_wait_register_center_timeout,
+    with _released_on_failure(pools, groups):
+        for name, (processes, concurrency, cpus) in layouts.items():
+            pool = RayResourcePool(
+                processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus
             )
-        )
-    for name in ("critic", "actor", "rollout"):
-        if name in groups:
-            groups[name].init_model()
+            pools.append(pool)
+            groups.update(
+                create_colocated_worker_groups(
+                    pool,
+                    _async_class_dict(config, name),
+                    call_timeout_s=trainer.worker_call_timeout_s,
+                    max_concurrency=concurrency,
+                    setup_timeout_s=trainer.ray_wait_register_center_timeout,
+                )
+            )
+        for name in ("critic", "actor", "rollout"):
+            if name in groups:
+                groups[name].init_model()
     return groups, pools
+
+
+def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, RayClassWithInitArgs]:
+    """The roles of one pool of the async trainer: actor (+ref, +critic), or the rollout."""
+    from verl.workers.critic import CriticWorker
+
+    if pool_name == "rollout_pool":
+        return {"rollout": _policy_worker(config, "rollout")}
+    role = "actor_ref" if config.use_reference else "actor"
+    class_dict = {"actor": _policy_worker(config, role)}
+    if config.use_critic:
+        class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
+    return class_dict
 
 
 def build_tracker(config: PPOTrainerConfig):

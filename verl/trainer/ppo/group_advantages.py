@@ -147,6 +147,8 @@ def compute_grpo_passk_outcome_advantage(
     advantages = torch.zeros_like(scores)
     for rows in groups(index, len(scores), "grpo_passk"):
         group = scores[rows]
+        if group.numel() < 2 and not response_mask[rows].any():
+            continue  # a masked-out row on its own (a stale sample dropped by the async trainer)
         if group.numel() < 2:
             raise ValueError(f"grpo_passk needs at least 2 responses per uid; row {rows[0].item()} is alone")
         top, top_idx = torch.topk(group, 2)
