@@ -110,11 +110,18 @@ def test_the_lists_name_real_keys():
         assert any(k == key or k.startswith(key + ".") for k in leaves), f"{key} is not a key of the schema"
 
 
+# the name-based search finds a read of the same leaf name for another key in these files
+NAME_CLASHES = {"actor_rollout_ref.rollout.mode": "only trainer.mode is read (async_trainer, main_ppo)"}
+
+
 def test_no_key_is_both_read_and_listed_inert():
     stale = [
         key
         for key, section in _leaves(PPOTrainerConfig)
-        if _listed(key, ALWAYS_INERT_KEYS) and _is_read(key, section) and not key.startswith("reward")
+        if _listed(key, ALWAYS_INERT_KEYS)
+        and _is_read(key, section)
+        and not key.startswith("reward")
+        and key not in NAME_CLASHES
     ]
     assert not stale, f"listed as inert on every device but read somewhere: {stale}"
 

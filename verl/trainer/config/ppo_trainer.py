@@ -218,6 +218,7 @@ VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has n
 )
 _FSDP_INERT = ("param_offload", "optimizer_offload", "offload_policy", "fsdp_size", "forward_prefetch")
 ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a prefix covers its section)
+    "actor_rollout_ref.rollout.mode",  # no server mode yet: generation is batched per step either way
     "data.use_shm",
     "data.dataloader_num_workers",
     "data.filter_overlong_prompts_workers",

