@@ -15,7 +15,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"
 ACC = "val-core/arith/acc/mean@1"
-STEPS = 50
+STEPS = 40
 MIN_GAIN = 0.2
 MAX_LOGPROB_GAP = 1e-3
 
@@ -43,6 +43,7 @@ def test_the_default_task_learns_with_a_vllm_rollout(tmp_path, monkeypatch):
         trainer.close()
     (first_step, first), (last_step, last) = trainer.validator.history[0], trainer.validator.history[-1]
     assert (first_step, last_step) == (0, STEPS)
+    print(f"vllm run: {first[ACC]:.3f} -> {last[ACC]:.3f}")
     assert last[ACC] >= first[ACC] + MIN_GAIN, f"accuracy {first[ACC]:.3f} -> {last[ACC]:.3f}"
     rows = [json.loads(line) for line in (tmp_path / "logs/vllm/run/metrics.jsonl").read_text().splitlines()]
     gaps = [

@@ -32,7 +32,7 @@ from verl.utils.model import (
 )
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
-from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
+from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs, whole_sequence_batch
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
 from verl.workers.rollout import build_rollout, verify_weight_sync
 from verl.workers.rollout.staged import StagedWeights
@@ -151,13 +151,7 @@ class ActorRolloutRefWorker(Worker):
         return torch.randint(0, vocab, (longest,), generator=torch.Generator().manual_seed(0)).tolist()
 
     def _actor_sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
-        ids = torch.tensor([token_ids])
-        micro = {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "position_ids": torch.arange(len(token_ids))[None],
-            "responses": ids[:, 1:],
-        }
+        micro = whole_sequence_batch(token_ids)
         return self.actor.infer([micro], lambda m, b: response_log_probs(m, b, 1.0))[0]["log_probs"][0]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

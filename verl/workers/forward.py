@@ -17,6 +17,18 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 POLICY_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
+def whole_sequence_batch(token_ids: list[int]) -> dict[str, torch.Tensor]:
+    """One unpadded sequence as a batch of one whose "response" is every token after the first:
+    the log-probs of ``token_ids[1:]`` (the weight-sync probe scores sequences this way)."""
+    ids = torch.tensor([token_ids])
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "position_ids": torch.arange(len(token_ids))[None],
+        "responses": ids[:, 1:],
+    }
+
+
 def response_logits(module: nn.Module, micro: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
     """Logits ``[b, R, V]`` (fp32, divided by ``temperature``) that predict each response token."""
     response_length = micro["responses"].shape[1]

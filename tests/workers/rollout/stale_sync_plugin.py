@@ -7,6 +7,8 @@ mode users of other frameworks trained on for weeks without noticing.
 
 from __future__ import annotations
 
+import os
+
 from verl.workers.rollout.hf_rollout import HFRollout
 
 
@@ -16,10 +18,14 @@ def _keep_old_weights(self, named_tensors, version: int) -> None:
     self.version = version
 
 
-HFRollout.update_weights = _keep_old_weights
-try:
-    from verl.workers.rollout.vllm_rollout import VLLMRollout
+def _install() -> None:
+    HFRollout.update_weights = _keep_old_weights
+    from verl.workers.rollout.vllm_rollout import VLLMRollout  # imports no vllm until an engine starts
 
     VLLMRollout.update_weights = _keep_old_weights
-except ImportError:  # pragma: no cover - vllm is optional
-    pass
+
+
+# Only in worker processes (the worker group sets RANK): the config check imports this module in
+# the driver too, which must keep working rollouts for the tests that run after it.
+if "RANK" in os.environ:
+    _install()

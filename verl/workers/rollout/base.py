@@ -26,6 +26,7 @@ from collections.abc import Iterable
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.torch_functional import get_response_mask
 
 
 class Rollout(ABC):
@@ -55,6 +56,31 @@ class Rollout(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         self.version = state["version"]
+
+
+def response_tensors(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    prompt_pos: torch.Tensor,
+    responses: torch.Tensor,
+    token_versions: torch.Tensor,
+    eos_token_ids: list[int],
+) -> dict[str, torch.Tensor]:
+    """The layout every backend returns (see the module doc string), from left-padded prompts and
+    right-padded ``responses`` with the weight version of each generated token. The response mask
+    covers each row up to and including its first EOS (none: ``eos_token_ids=[-1]``)."""
+    response_mask = get_response_mask(responses, eos_token_ids, dtype=prompt_mask.dtype)
+    steps = torch.arange(1, responses.shape[1] + 1, device=responses.device)
+    return {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "input_ids": torch.cat([prompt_ids, responses], dim=1),
+        "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
+        "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
+        "response_mask": response_mask,
+        "response_versions": torch.where(response_mask.bool(), token_versions, -1),
+        "policy_version": token_versions[:, 0],
+    }
 
 
 class WeightSyncError(RuntimeError):

@@ -28,10 +28,9 @@ from transformers import DynamicCache
 
 from verl.protocol import DataProto
 from verl.trainer.config.rollout import RolloutConfig
-from verl.utils.torch_functional import get_response_mask
 from verl.workers.engine.micro_batch import split_micro_batches
-from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs
-from verl.workers.rollout.base import Rollout
+from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs, whole_sequence_batch
+from verl.workers.rollout.base import Rollout, response_tensors
 from verl.workers.rollout.sampling import SamplingParams, sample_tokens
 
 
@@ -183,26 +182,16 @@ class HFRollout(Rollout):
         decoded: _Decoded,
         params: SamplingParams,
     ) -> DataProto:
-        responses = decoded.responses
         eos = self.eos_token_ids.tolist() if not params.ignore_eos else [-1]
-        response_mask = get_response_mask(responses, eos, dtype=prompt_mask.dtype)
-        steps = torch.arange(1, responses.shape[1] + 1, device=self.device)
-        versions = torch.where(response_mask.bool(), decoded.versions, -1)
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": responses,
-            "input_ids": torch.cat([prompt_ids, responses], dim=1),
-            "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
-            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
-            "response_mask": response_mask,
-            "response_versions": versions,
-            "policy_version": decoded.versions[:, 0],
-        }
+        tensors = response_tensors(
+            prompt_ids, prompt_mask, prompt_pos, decoded.responses, decoded.versions, eos
+        )
         tensors = {k: v.cpu() for k, v in tensors.items()}
+        response_mask = tensors["response_mask"]
         metrics: dict[str, float] = {}
         if self.config.calculate_log_probs and not params.validate:
             recomputed = self._recompute_log_probs(tensors, params.temperature)
-            mask = response_mask.cpu().bool()
+            mask = response_mask.bool()
             gap = (recomputed - decoded.decode_log_probs.cpu()).abs()[mask]
             metrics["rollout/decode_logprob_diff_max"] = float(gap.max()) if gap.numel() else 0.0
             tensors["rollout_log_probs"] = recomputed
@@ -221,13 +210,7 @@ class HFRollout(Rollout):
 
     @torch.no_grad()
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
-        ids = torch.tensor([token_ids], device=self.device)
-        micro = {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "position_ids": torch.arange(len(token_ids), device=self.device)[None],
-            "responses": ids[:, 1:],
-        }
+        micro = {k: v.to(self.device) for k, v in whole_sequence_batch(token_ids).items()}
         with self._generate_lock:  # not while a generation has half-applied weights
             self._apply_pending()
             return response_log_probs(self.module, micro, 1.0)["log_probs"][0].float().cpu()

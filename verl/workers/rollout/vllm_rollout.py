@@ -34,8 +34,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.config.rollout import RolloutConfig
-from verl.utils.torch_functional import get_response_mask
-from verl.workers.rollout.base import Rollout
+from verl.workers.rollout.base import Rollout, response_tensors
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
@@ -198,22 +197,13 @@ class VLLMRollout(Rollout):
                 lps = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
                 log_probs[i, : len(lps)] = torch.tensor(lps)
         eos = self.eos_token_ids if not params.ignore_eos else [-1]
-        response_mask = get_response_mask(responses, eos, dtype=prompts.batch["attention_mask"].dtype)
-        prompt_pos = prompts.batch["position_ids"]
-        steps = torch.arange(1, length + 1)
-        versions = torch.where(response_mask.bool(), version, -1)
-        tensors = {
-            "prompts": prompts.batch["input_ids"],
-            "responses": responses,
-            "input_ids": torch.cat([prompts.batch["input_ids"], responses], dim=1),
-            "attention_mask": torch.cat([prompts.batch["attention_mask"], response_mask], dim=1),
-            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
-            "response_mask": response_mask,
-            "response_versions": versions,
-            "policy_version": torch.full((batch,), version, dtype=torch.long),
-        }
+        p = prompts.batch
+        versions = torch.full(responses.shape, version, dtype=torch.long)  # one engine call, one version
+        tensors = response_tensors(
+            p["input_ids"], p["attention_mask"], p["position_ids"], responses, versions, eos
+        )
         if with_lp:
-            tensors["rollout_log_probs"] = log_probs * response_mask
+            tensors["rollout_log_probs"] = log_probs * tensors["response_mask"]
         return DataProto.from_dict(tensors, meta_info={"metrics": {}})
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
