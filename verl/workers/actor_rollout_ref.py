@@ -32,9 +32,9 @@ from verl.utils.model import (
 )
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
-from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs, whole_sequence_batch
+from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
-from verl.workers.rollout import build_rollout, verify_weight_sync
+from verl.workers.rollout import build_rollout, build_server, verify_weight_sync
 from verl.workers.rollout.staged import StagedWeights
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
@@ -66,13 +66,14 @@ class ActorRolloutRefWorker(Worker):
         self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self.is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
         self.actor = self.ref = self.rollout = None
+        self.server = self.front = None  # server mode (rollout.mode=async)
         self.version = 0
         self.tokenizer_source = tokenizer or resolve_tokenizer_source(config.model)
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        self.init_process_group()
+        self.init_process_group(self.config.nccl_timeout)
         model_cfg = self.config.model
         torch.manual_seed(self.config.rollout.seed + self.rank)
         self.tokenizer = load_tokenizer_from(self.tokenizer_source)
@@ -100,6 +101,11 @@ class ActorRolloutRefWorker(Worker):
                 self.config.rollout.seed + self.rank,
             )
             self.staged = StagedWeights(self.rollout)
+            if self.config.rollout.mode == "async":
+                name = os.path.basename(os.path.normpath(os.path.expanduser(model_cfg.path)))
+                self.server, self.front = build_server(
+                    self.rollout, self.config.rollout, self.tokenizer, name
+                )
             if self.is_actor and self.config.rollout.load_format.startswith("dummy"):
                 self.update_weights(0)  # the engine started with random weights: it gets the actor's
 
@@ -111,8 +117,26 @@ class ActorRolloutRefWorker(Worker):
         return {"pad_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "vocab_size": len(tok)}
 
     # ------------------------------------------------------------------ rollout
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def server_address(self) -> str:
+        """Server mode: the base URL of this rank's OpenAI-compatible front (loopback)."""
+        if self.front is None:
+            raise RuntimeError("this rollout worker runs no server (actor_rollout_ref.rollout.mode=sync)")
+        return self.front.address
+
+    @property
+    def engine(self):
+        """What weight updates and the probe go to: the server (between two of its steps) in
+        server mode, else the rollout."""
+        return self.server if self.server is not None else self.rollout
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
+        if self.server is not None:
+            raise RuntimeError(
+                "actor_rollout_ref.rollout.mode=async: generation goes through the rollout servers "
+                "(one request per sample), not through batched worker calls"
+            )
         self.rollout.wake_up()
         if self.staged.versions or "weight_version" in prompts.meta_info:  # one exact version per batch
             out = self.staged.generate(prompts)
@@ -128,12 +152,12 @@ class ActorRolloutRefWorker(Worker):
         cfg = self.config.rollout
         probe = self._probe_ids()
         expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
-        self.rollout.update_weights(self.actor.full_state_dict(), version)
+        self.engine.update_weights(self.actor.full_state_dict(), version)
         metrics: dict[str, float] = {}
         self.version = version
         if expected is not None:
             tol = cfg.weight_sync_check_tol or (1e-3 if self._rollout_fp32() else 5e-2)
-            gap = verify_weight_sync(self.rollout, probe, expected, tol, version)
+            gap = verify_weight_sync(self.engine, probe, expected, tol, version)
             metrics["rollout/weight_sync_probe_gap"] = gap
         return metrics
 
@@ -191,12 +215,17 @@ class ActorRolloutRefWorker(Worker):
 
             weights = load_file(weights)
         if keep_from is None:
-            self.rollout.update_weights(weights.items(), version)
+            self.engine.update_weights(weights.items(), version)
         else:
             self.staged.add(weights, version, keep_from)
         self.version = version
 
     # ------------------------------------------------------------------ log-probs
+    def _entropy_options(self) -> EntropyOptions:
+        cfg = self.config.actor
+        chunk = cfg.entropy_from_logits_chunk_size if cfg.entropy_from_logits_with_chunking else None
+        return EntropyOptions(chunk_size=chunk, checkpointing=cfg.entropy_checkpointing)
+
     def _log_probs(
         self,
         engine: FSDPEngine,
@@ -208,7 +237,8 @@ class ActorRolloutRefWorker(Worker):
     ):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
-        outs = engine.infer(micro_batches, lambda m, b: response_log_probs(m, b, temperature, entropy))
+        options = self._entropy_options() if entropy else None
+        outs = engine.infer(micro_batches, lambda m, b: response_log_probs(m, b, temperature, options))
         return {key: restore_order([o[key] for o in outs], groups) for key in outs[0]}
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -246,10 +276,10 @@ class ActorRolloutRefWorker(Worker):
         :meth:`update_weights`: the weight sync is a phase of its own)."""
         cfg = self.config.actor
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
-        with_entropy = cfg.entropy_coeff != 0
+        entropy = self._entropy_options() if cfg.entropy_coeff != 0 else None
 
         def loss_fn(module, micro):
-            out = response_log_probs(module, micro, temperature, with_entropy)
+            out = response_log_probs(module, micro, temperature, entropy)
             return compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
 
         spec = UpdateSpec(

@@ -21,14 +21,17 @@ CRITIC_LOSS_KEYS = ["values", "returns", "response_mask"]
 
 
 class CriticWorker(Worker):
-    def __init__(self, config: CriticConfig) -> None:
+    def __init__(self, config: CriticConfig, nccl_timeout_s: float = 600.0) -> None:
+        """``nccl_timeout_s``: the process-group timeout (``actor_rollout_ref.nccl_timeout``; colocated
+        roles share one group, and the critic may create it first)."""
         super().__init__()
         self.config = config
+        self.nccl_timeout_s = nccl_timeout_s
         self.engine: FSDPEngine | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        self.init_process_group()
+        self.init_process_group(self.nccl_timeout_s)
         cfg = self.config
         torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
         self.engine = FSDPEngine(

@@ -9,10 +9,14 @@ logits that predict response token ``t`` sit at position ``P - 1 + t``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked, logprobs_from_logits
 
 POLICY_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -42,14 +46,37 @@ def response_logits(module: nn.Module, micro: dict[str, torch.Tensor], temperatu
     return logits / temperature if temperature not in (0, 1) else logits
 
 
+@dataclass(frozen=True)
+class EntropyOptions:
+    """How the entropy is computed (``actor.entropy_from_logits_with_chunking``, ``entropy_checkpointing``)."""
+
+    chunk_size: int | None = None
+    """Positions per chunk; None computes every position at once."""
+    checkpointing: bool = False
+    """Recompute the softmax in backward instead of keeping it for the gradient."""
+
+
+def response_entropy(logits: torch.Tensor, options: EntropyOptions) -> torch.Tensor:
+    """Entropy ``[b, R]`` of each position's distribution; the options change memory, not values."""
+    fn = entropy_from_logits
+    if options.chunk_size is not None:
+        fn = partial(entropy_from_logits_chunked, chunk_size=options.chunk_size)
+    if options.checkpointing and torch.is_grad_enabled() and logits.requires_grad:
+        return checkpoint(fn, logits, use_reentrant=False)
+    return fn(logits)
+
+
 def response_log_probs(
-    module: nn.Module, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool = False
+    module: nn.Module,
+    micro: dict[str, torch.Tensor],
+    temperature: float,
+    entropy: EntropyOptions | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``log_probs`` ``[b, R]`` of the response tokens, and ``entropys`` when asked."""
+    """``log_probs`` ``[b, R]`` of the response tokens, and ``entropys`` when ``entropy`` is given."""
     logits = response_logits(module, micro, temperature)
     out = {"log_probs": logprobs_from_logits(logits, micro["responses"])}
-    if with_entropy:
-        out["entropys"] = entropy_from_logits(logits)
+    if entropy is not None:
+        out["entropys"] = response_entropy(logits, entropy)
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 from functools import cache
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from verl.trainer.config.ppo_trainer import (
     PPOTrainerConfig,
     load_config,
 )
+from verl.trainer.config.rollout import RolloutConfig
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_DIR = REPO / "verl" / "trainer" / "config"
@@ -34,6 +36,11 @@ INERT = (*ALWAYS_INERT_KEYS, *GPU_ONLY_KEYS, *ENGINE_ONLY_KEYS, *SERVER_ONLY_KEY
 # Keys whose effect is written but not yet called from a file this change may not edit; each entry
 # says what is missing. The test fails once the key is read, so the entry gets removed then.
 PENDING_CALLS: dict[str, str] = {}
+# Keys that take effect through a property of the schema which the trainer reads (key -> property).
+READ_THROUGH_PROPERTIES = {
+    "critic.enable": (PPOTrainerConfig, "use_critic"),
+    "actor_rollout_ref.rollout.multi_turn.enable": (RolloutConfig, "uses_agent_loop"),
+}
 
 
 def _leaves(cls: type, prefix: str = "", section: tuple[str, ...] = ()) -> list[tuple[str, tuple[str, ...]]]:
@@ -80,6 +87,7 @@ def test_every_schema_key_is_read_refused_converted_or_inert():
         key
         for key, section in _leaves(PPOTrainerConfig)
         if key not in PENDING_CALLS
+        and key not in READ_THROUGH_PROPERTIES
         and not _is_read(key, section)
         and not _listed(key, compat.REFUSED_KEYS)
         and not _listed(key, compat.CONVERTED_KEYS)
@@ -90,6 +98,12 @@ def test_every_schema_key_is_read_refused_converted_or_inert():
         "these keys are read nowhere in verl/ or recipe/ and are not refused, converted or inert "
         f"(make them take effect, or list them in verl/trainer/config/compat.py or ppo_trainer.py): {unaccounted}"
     )
+
+
+def test_keys_read_through_a_property_are_read_by_it_and_it_is_read():
+    for key, (owner, prop) in READ_THROUGH_PROPERTIES.items():
+        assert key.rsplit(".", 1)[-1] in inspect.getsource(getattr(owner, prop).fget), key
+        assert any(prop in reads for reads, _ in _sources()), f"{prop} is read nowhere outside the schema"
 
 
 def test_pending_calls_are_still_pending():
@@ -111,7 +125,14 @@ def test_the_lists_name_real_keys():
 
 
 # the name-based search finds a read of the same leaf name for another key in these files
-NAME_CLASHES = {"actor_rollout_ref.rollout.mode": "only trainer.mode is read (async_trainer, main_ppo)"}
+NAME_CLASHES: dict[str, str] = {  # a listed key whose last name is read elsewhere for another key
+    f"actor_rollout_ref.ref.{leaf}": "only the actor's is read (actor_rollout_ref.py): the reference computes no entropy"
+    for leaf in (
+        "entropy_from_logits_with_chunking",
+        "entropy_from_logits_chunk_size",
+        "entropy_checkpointing",
+    )
+}
 
 
 def test_no_key_is_both_read_and_listed_inert():
@@ -133,7 +154,12 @@ REFUSAL_EXAMPLES = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "2",
     "critic.ulysses_sequence_parallel_size": "2",
-    "actor_rollout_ref.rollout.multi_turn.enable": "True",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "2",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "4",
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": "2",
+    "actor_rollout_ref.rollout.multi_turn.function_tool_path": "/tmp/tools.py",
+    "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": "2",
+    "actor_rollout_ref.rollout.server.url": "http://127.0.0.1:8000",
     "reward_model.enable": "True",
     "reward.reward_model.enable": "True",
     "reward_model.reward_loop_source": "importlib",

@@ -121,6 +121,12 @@ class ActorConfig:
     """Shuffle rows before splitting into mini-batches."""
     ulysses_sequence_parallel_size: int = 1
     """Sequence parallel size (Ulysses); only 1 is supported yet (other values are refused)."""
+    entropy_from_logits_with_chunking: bool = False
+    """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory)."""
+    entropy_from_logits_chunk_size: int = 2048
+    """Positions per entropy chunk when entropy_from_logits_with_chunking is on."""
+    entropy_checkpointing: bool = False
+    """Recompute the entropy's softmax in backward instead of keeping it (less memory with entropy_coeff != 0)."""
     data_loader_seed: int | None = None
     """Seed of the mini-batch shuffle; null uses data.seed."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -153,6 +159,8 @@ class ActorConfig:
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         check(self.ppo_epochs >= 1, f"{path}.ppo_epochs", "at least 1", self.ppo_epochs)
         check(self.grad_clip > 0, f"{path}.grad_clip", "a positive number", self.grad_clip)
+        chunk = self.entropy_from_logits_chunk_size
+        check(chunk > 0, f"{path}.entropy_from_logits_chunk_size", "a positive integer", chunk)
         self.fsdp_config.validate(f"{path}.fsdp_config")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")
@@ -178,6 +186,12 @@ class RefConfig:
     """Token budget of one reference forward."""
     ulysses_sequence_parallel_size: int = II("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
     """Sequence parallel size of the reference; only 1 is supported yet (other values are refused)."""
+    entropy_from_logits_with_chunking: bool = False
+    """verl: chunked entropy of the reference. No effect here (the reference computes no entropy)."""
+    entropy_from_logits_chunk_size: int = 2048
+    """verl: entropy chunk size of the reference. No effect here (the reference computes no entropy)."""
+    entropy_checkpointing: bool = False
+    """verl: entropy checkpointing of the reference. No effect here (the reference computes no entropy)."""
 
 
 @dataclass
@@ -193,8 +207,13 @@ class ActorRolloutRefConfig:
     """The frozen reference policy (used for KL)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Generation."""
+    nccl_timeout: int = 600
+    """Seconds a collective may wait before torch.distributed fails it (process-group timeout; gloo on CPU too)."""
 
     def validate(self, path: str) -> None:
+        check(
+            self.nccl_timeout > 0, f"{path}.nccl_timeout", "a positive number of seconds", self.nccl_timeout
+        )
         self.model.validate(f"{path}.model")
         self.actor.validate(f"{path}.actor")
         self.ref.fsdp_config.validate(f"{path}.ref.fsdp_config")

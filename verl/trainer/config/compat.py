@@ -6,7 +6,8 @@ the log as inert (``ALWAYS_INERT_KEYS`` / ``GPU_ONLY_KEYS`` / ``ENGINE_ONLY_KEYS
 
 * :data:`CONVERTED_KEYS`: deprecated or alternative spellings that are rewritten at start-up onto
   the key this project reads, as verl itself does (the global micro-batch sizes, verl 0.9's
-  ``reward.*`` block). :func:`convert_verl_keys` applies them and returns one note per conversion.
+  ``reward.*`` block, ``optim.clip_grad`` and ``optim.warmup_style``). :func:`convert_verl_keys`
+  applies them and returns one note per conversion.
 * :data:`REFUSED_KEYS`: keys that must keep one value here, each with what to use instead.
 
 ``+key=value`` (Hydra's "add a key") is how verl scripts pass keys verl's YAML lacks. For a key
@@ -54,9 +55,22 @@ REWARD_ALIASES = {
     "reward.custom_reward_function.name": "custom_reward_function.name",
     "reward.reward_manager.name": "reward_model.reward_manager",
 }
+# verl's other optimizer spellings -> (the key read here, the alias's default, the key's default). An
+# alias set away from its default is converted; set together with the key to another value, refused
+OPTIM_ALIASES: dict[str, tuple[str, Any, Any]] = {
+    "actor_rollout_ref.actor.optim.clip_grad": ("actor_rollout_ref.actor.grad_clip", 1.0, 1.0),
+    "critic.optim.clip_grad": ("critic.grad_clip", 1.0, 1.0),
+    "actor_rollout_ref.actor.optim.warmup_style": (
+        "actor_rollout_ref.actor.optim.lr_scheduler_type",
+        None,
+        "constant",
+    ),
+    "critic.optim.warmup_style": ("critic.optim.lr_scheduler_type", None, "constant"),
+}
 CONVERTED_KEYS: dict[str, str] = {
     **{k: f"{v} = {k.rsplit('.', 1)[1]} // (nnodes x n_gpus_per_node)" for k, v in MICRO_BATCH_KEYS.items()},
     **REWARD_ALIASES,
+    **{alias: target for alias, (target, _, _) in OPTIM_ALIASES.items()},
     "reward.custom_reward_function.reward_kwargs": "custom_reward_function.reward_kwargs (merged)",
     "reward.reward_kwargs": "reward_model.reward_kwargs (merged)",
 }
@@ -78,12 +92,25 @@ REFUSED_KEYS: dict[str, tuple[Any, str]] = {
         "the synchronous trainer colocates actor, rollout and reference; for a rollout on its own "
         "devices use trainer.mode=async",
     ),
+    "actor_rollout_ref.rollout.server.url": (
+        None,
+        "an external rollout server is not wired yet; actor_rollout_ref.rollout.mode=async starts a server "
+        "on every rollout rank",
+    ),
+    "actor_rollout_ref.rollout.multi_turn.function_tool_path": (
+        None,
+        "Python-function tools are not supported yet; write a verl.tools.base_tool.BaseTool and list it in "
+        "multi_turn.tool_config_path",
+    ),
+    "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": (None, "not supported yet; use rollout.n"),
     "actor_rollout_ref.model.lora_rank": (0, _NO_LORA),
     "actor_rollout_ref.model.lora_adapter_path": (None, _NO_LORA),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1, _NO_SP),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": (1, _NO_SP),
     "critic.ulysses_sequence_parallel_size": (1, _NO_SP),
-    "actor_rollout_ref.rollout.multi_turn.enable": (False, "multi-turn rollouts are not supported yet"),
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "reward_model.enable": (False, _NO_REWARD_MODEL),
     "reward.reward_model.enable": (False, _NO_REWARD_MODEL),
     "reward_model.reward_loop_source": ("register", _REGISTER_ONLY),
@@ -182,6 +209,7 @@ def convert_verl_keys(config: Any) -> list[str]:
     notes = _convert_micro_batch_sizes(config)
     notes += _convert_reward_aliases(config)
     notes += _convert_reward_kwargs(config)
+    notes += _convert_optim_aliases(config)
     return notes
 
 
@@ -261,6 +289,26 @@ def _convert_reward_kwargs(config: Any) -> list[str]:
         )
         setattr(buffer, key, value)
     return [f"reward_model.reward_kwargs.overlong_buffer_cfg -> reward_model.overlong_buffer ({given})"]
+
+
+def _convert_optim_aliases(config: Any) -> list[str]:
+    """``optim.clip_grad`` -> ``grad_clip``, ``optim.warmup_style`` -> ``optim.lr_scheduler_type``."""
+    notes = []
+    for alias, (target, alias_default, target_default) in OPTIM_ALIASES.items():
+        value, current = get_key(config, alias), get_key(config, target)
+        if value in (alias_default, current):
+            if alias_default is not None:  # only the key read here was set: the alias follows it
+                set_key(config, alias, current)
+            continue
+        check(
+            current == target_default,
+            alias,
+            f"the same value as {target}={current!r} (both spellings are set)",
+            value,
+        )
+        set_key(config, target, value)
+        notes.append(f"{alias}={value!r} -> {target}")
+    return notes
 
 
 # ---------------------------------------------------------------------------- refusals

@@ -44,6 +44,9 @@ class CriticConfig:
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2; both select the same engine (FSDP2)."""
+    enable: bool | None = None
+    """Whether a critic is trained: null = only when the estimator needs values (gae); True forces one
+    (it learns the returns; advantages still come from the estimator); False with gae is refused."""
     optim: OptimConfig = field(default_factory=_critic_optim)
     """Optimizer and LR schedule of the critic."""
     model: CriticModelConfig = field(default_factory=CriticModelConfig)

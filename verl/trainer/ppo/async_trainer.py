@@ -41,7 +41,8 @@ import torch
 from verl.protocol import DataProto
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo import builders
-from verl.trainer.ppo.ray_trainer import PROMPT_KEYS, RayPPOTrainer, timed
+from verl.trainer.ppo.prompts import pop_prompts
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
 from verl.trainer.ppo.validation import Validator
 
 logger = logging.getLogger(__name__)
@@ -101,8 +102,9 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.rollout_wg = self.wgs["rollout"]
         self.critic_wg = self.wgs.get("critic")
         self.world_size = self.actor_rollout_wg.world_size
+        self.rollout_client = builders.build_rollout_client(self.config, self.rollout_wg, self.tokenizer)
         self.validator = Validator(
-            self.config, self.tokenizer, self.rollout_wg, self.val_reward_fn, self.tracker, self.data.val
+            self.config, self.tokenizer, self.rollout_client, self.val_reward_fn, self.tracker, self.data.val
         )
 
     # ------------------------------------------------------------------ producer
@@ -122,11 +124,11 @@ class AsyncPPOTrainer(RayPPOTrainer):
     def _submit_generation(self, step: int, batch: DataProto) -> InFlight:
         batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(batch))], dtype=object)
         batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
-        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
         prompts.meta_info.update(global_steps=step, do_sample=True, sampling_seed=step)
         if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
             prompts.meta_info["weight_version"] = self.policy_version
-        future = self.rollout_wg.generate_sequences(prompts, blocking=False)
+        future = self.rollout_client.generate_sequences(prompts, blocking=False)
         return InFlight(step, batch, future, self.data.train.state_dict(), self.policy_version)
 
     # ------------------------------------------------------------------ phases

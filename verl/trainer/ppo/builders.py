@@ -135,8 +135,6 @@ def build_reward_fns(config: PPOTrainerConfig, tokenizer):
 
 def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str, Any], RayResourcePool]:
     """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)."""
-    from verl.workers.critic import CriticWorker
-
     trainer = config.trainer
     pool = RayResourcePool(
         [trainer.n_gpus_per_node] * trainer.nnodes,
@@ -147,7 +145,7 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
     role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
     class_dict = {"actor_rollout": _policy_worker(config, role)}
     if config.use_critic:
-        class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
+        class_dict["critic"] = _critic_worker(config)
     groups: dict[str, Any] = {}
     with _released_on_failure([pool], groups):
         groups.update(
@@ -162,6 +160,14 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
             if name in groups:
                 groups[name].init_model()
     return groups, pool
+
+
+def _critic_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
+    from verl.workers.critic import CriticWorker
+
+    return RayClassWithInitArgs(
+        CriticWorker, config.critic, nccl_timeout_s=config.actor_rollout_ref.nccl_timeout
+    )
 
 
 def _policy_worker(config: PPOTrainerConfig, role: str) -> RayClassWithInitArgs:
@@ -240,15 +246,31 @@ def build_async_worker_groups(
 
 def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, RayClassWithInitArgs]:
     """The roles of one pool of the async trainer: actor (+ref, +critic), or the rollout."""
-    from verl.workers.critic import CriticWorker
-
     if pool_name == "rollout_pool":
         return {"rollout": _policy_worker(config, "rollout")}
     role = "actor_ref" if config.use_reference else "actor"
     class_dict = {"actor": _policy_worker(config, role)}
     if config.use_critic:
-        class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic)
+        class_dict["critic"] = _critic_worker(config)
     return class_dict
+
+
+def build_rollout_client(config: PPOTrainerConfig, rollout_wg: Any, tokenizer) -> Any:
+    """What generates a batch: the rollout worker group itself (``rollout.mode=sync``, one
+    batched call per step), or a client of the servers its ranks run (``async``, one request
+    per sample). Both have ``generate_sequences(prompts, blocking=...)``."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.mode == "sync":
+        return rollout_wg
+    if rollout.uses_agent_loop:  # one agent loop per row (multi-turn, tools, custom loops)
+        from verl.experimental.agent_loop.manager import AgentLoopManager
+
+        return AgentLoopManager(config, rollout_wg.server_address(), tokenizer)
+    from verl.utils.model import eos_token_ids
+    from verl.workers.rollout.server_client import ServerRolloutClient
+
+    eos = eos_token_ids(tokenizer, config.actor_rollout_ref.model.path)
+    return ServerRolloutClient(rollout_wg.server_address(), rollout, tokenizer.pad_token_id, eos)
 
 
 def build_tracker(config: PPOTrainerConfig):

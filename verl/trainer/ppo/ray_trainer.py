@@ -38,13 +38,12 @@ from verl.trainer.ppo.metric_utils import (
     compute_throughput_metrics,
     compute_timing_metrics,
 )
+from verl.trainer.ppo.prompts import PROMPT_KEYS, pop_prompts
 from verl.trainer.ppo.validation import Validator
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
 
 logger = logging.getLogger(__name__)
-
-PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
 def rollout_trainer_gap(
@@ -101,6 +100,7 @@ class RayPPOTrainer:
         self.nan_steps = {"consecutive": 0, "total": 0}
         self.wgs: dict = {}
         self.pools: list = []
+        self.rollout_client = None  # the rollout worker group, or a client of its servers
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
@@ -109,16 +109,22 @@ class RayPPOTrainer:
         self.actor_rollout_wg = self.wgs["actor_rollout"]
         self.critic_wg = self.wgs.get("critic")
         self.world_size = self.actor_rollout_wg.world_size
+        self.rollout_client = builders.build_rollout_client(
+            self.config, self.actor_rollout_wg, self.tokenizer
+        )
         self.validator = Validator(
             self.config,
             self.tokenizer,
-            self.actor_rollout_wg,
+            self.rollout_client,
             self.val_reward_fn,
             self.tracker,
             self.data.val,
         )
 
     def close(self) -> None:
+        close_client = getattr(self.rollout_client, "close", None)  # a server client; groups shut down below
+        if close_client is not None:
+            close_client()
         for fn in (self.reward_fn, self.val_reward_fn):
             fn.close()
         for group in self.wgs.values():  # colocated groups share processes; killing twice is a no-op
@@ -215,7 +221,7 @@ class RayPPOTrainer:
         """ReMax: the reward of one greedy response per prompt is that prompt's baseline."""
         prompts = batch.select(batch_keys=PROMPT_KEYS, non_tensor_batch_keys=[])
         prompts.meta_info.update(global_steps=self.global_steps, do_sample=False)
-        greedy = self.actor_rollout_wg.generate_sequences(prompts)
+        greedy = self.rollout_client.generate_sequences(prompts)
         greedy.meta_info.pop("metrics", None)
         scored = batch.select(batch_keys=[]).union(greedy)
         batch.batch["reward_baselines"] = self.reward_fn(scored, return_dict=True)["reward_tensor"].sum(-1)
@@ -227,12 +233,12 @@ class RayPPOTrainer:
         return batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
 
     def _generate(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
-        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
         # seeded by step (unless the caller chose): the same step samples the same tokens,
         # however it was reached (a resume, or an async batch regenerated after one)
         seed = batch.meta_info.pop("sampling_seed", self.global_steps)
         prompts.meta_info.update(global_steps=self.global_steps, do_sample=True, sampling_seed=seed)
-        output = self.actor_rollout_wg.generate_sequences(prompts)
+        output = self.rollout_client.generate_sequences(prompts)
         metrics.update(output.meta_info.pop("metrics", {}))
         batch.union(output)
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature

@@ -14,12 +14,11 @@ import numpy as np
 from verl.protocol import DataProto
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo.generation_dump import ground_truths, write_generations
+from verl.trainer.ppo.prompts import pop_prompts
 from verl.trainer.ppo.val_metrics import flatten_validation_metrics, process_validation_metrics
 from verl.utils.tracking import select_generations
 
 logger = logging.getLogger(__name__)
-
-PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
 class Validator:
@@ -67,7 +66,7 @@ class Validator:
                 [f"val-{batch_index}-{i}" for i in range(len(batch))], dtype=object
             )
             batch = batch.repeat(val_kwargs.n, interleave=True)
-            prompts = batch.pop(batch_keys=PROMPT_KEYS)
+            prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
             prompts.meta_info.update(validate=True, do_sample=val_kwargs.do_sample, global_steps=step)
             output = self.wg.generate_sequences(prompts)
             output.meta_info.pop("metrics", None)

@@ -2,8 +2,8 @@
 
 * CPU: fp32 everywhere (unless ``fsdp_config.model_dtype`` says otherwise); several ranks shard
   over gloo.
-* CUDA: fp32 master weights (or ``model_dtype``), bf16 compute (FSDP2 mixed precision), fp32
-  gradient reduction.
+* CUDA: fp32 master weights (or ``model_dtype``); compute, gradient reduction and buffers in
+  ``fsdp_config.mixed_precision``'s dtypes (by default bf16, fp32, fp32, as in verl).
 
 Checkpoints use ``torch.distributed.checkpoint`` (DCP): every rank writes its shard. Resuming
 needs the same number of ranks: the driver refuses a checkpoint written by another count (the
@@ -41,11 +41,36 @@ from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 logger = logging.getLogger(__name__)
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """``fp32`` / ``bf16`` / ``fp16`` (or the torch spellings) -> the torch dtype."""
+    return getattr(torch, MODEL_DTYPES[name])
+
+
+def mixed_precision_policy(fsdp: FSDPConfig, device_type: str) -> MixedPrecisionPolicy | None:
+    """FSDP2's compute and gradient-reduction dtypes (``fsdp_config.mixed_precision``), on GPU only:
+    on CPU the forward runs in the weights' own dtype."""
+    if device_type != "cuda":
+        return None
+    mp = fsdp.mixed_precision
+    return MixedPrecisionPolicy(
+        param_dtype=torch_dtype(mp.param_dtype), reduce_dtype=torch_dtype(mp.reduce_dtype)
+    )
+
+
+def cast_float_buffers(module: nn.Module, dtype: torch.dtype) -> None:
+    """Hold the floating-point buffers (e.g. rotary ``inv_freq``) in ``dtype``: FSDP2 leaves buffers
+    alone, so ``mixed_precision.buffer_dtype`` is applied here, as FSDP1's ``buffer_dtype`` would."""
+    for sub in module.modules():
+        for name, buffer in sub.named_buffers(recurse=False):
+            if buffer.is_floating_point():
+                sub._buffers[name] = buffer.to(dtype)
+
+
 def apply_fsdp2(module: nn.Module, device_type: str, fsdp: FSDPConfig) -> nn.Module:
     """Shard each transformer block (the model's ``_no_split_modules``), then the root."""
-    mp = None
-    if device_type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = mixed_precision_policy(fsdp, device_type)
+    if mp is not None:
+        cast_float_buffers(module, torch_dtype(fsdp.mixed_precision.buffer_dtype))
     kwargs = {"reshard_after_forward": fsdp.reshard_after_forward}
     if mp is not None:
         kwargs["mp_policy"] = mp
@@ -84,7 +109,7 @@ class FSDPEngine(TrainEngine):
         self.sharded = self.world_size > 1 or device.type == "cuda"
         if gradient_checkpointing and optim is not None and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        dtype = getattr(torch, MODEL_DTYPES[fsdp.model_dtype]) if fsdp.model_dtype else None
+        dtype = torch_dtype(fsdp.model_dtype) if fsdp.model_dtype else None
         module.to(device=device, dtype=dtype)
         self.module = apply_fsdp2(module, device.type, fsdp) if self.sharded else module
         self.grad_clip = grad_clip

@@ -32,10 +32,10 @@ def lr_multiplier(step: int, config: OptimConfig) -> float:
     from 0 to 1 over the remaining steps.
     """
     warmup = warmup_steps(config)
-    floor = config.min_lr_ratio or 0.0 if config.warmup_style == "cosine" else 0.0
+    floor = config.min_lr_ratio or 0.0 if config.lr_scheduler_type == "cosine" else 0.0
     if step < warmup:
         return floor + (1.0 - floor) * step / max(1, warmup)
-    if config.warmup_style == "constant":
+    if config.lr_scheduler_type == "constant":
         return 1.0
     total = max(config.total_training_steps, warmup + 1)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))

@@ -35,4 +35,23 @@ def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.
     )
 
 
-__all__ = ["Rollout", "WeightSyncError", "build_rollout", "verify_weight_sync"]
+def build_server(rollout: Rollout, config: RolloutConfig, tokenizer, model_name: str):
+    """Server mode (``rollout.mode=async``): the engine of ``rollout`` driven by a
+    :class:`~verl.workers.rollout.server.RolloutServer` (continuous batching, weight updates
+    between two steps) behind an OpenAI-compatible HTTP front on loopback."""
+    from verl.workers.rollout.http_front import HTTPFront
+    from verl.workers.rollout.server import RolloutServer
+
+    if config.name == "vllm":
+        from verl.workers.rollout.vllm_engine import VLLMStepEngine
+
+        engine = VLLMStepEngine(rollout)
+    else:
+        from verl.workers.rollout.hf_engine import HFStepEngine
+
+        engine = HFStepEngine(rollout, config.max_num_seqs)
+    server = RolloutServer(engine)
+    return server, HTTPFront(server, tokenizer, config, model_name, config.server.timeout_s)
+
+
+__all__ = ["Rollout", "WeightSyncError", "build_rollout", "build_server", "verify_weight_sync"]

@@ -75,3 +75,21 @@ def sample_tokens(
     probs = filtered.softmax(dim=-1)
     tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
     return tokens, F.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None])[:, 0]
+
+
+def sample_with_uniforms(
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`sample_tokens`, with row ``i`` drawn by inverting its CDF at ``uniforms[i]``
+    (in [0, 1)). A row's token then depends on its own logits and number only, not on which
+    other rows share the batch (the server batches whatever requests are running)."""
+    if not params.do_sample:
+        return sample_tokens(logits, params, None)
+    scaled = logits / params.temperature
+    probs = filter_logits(scaled, params.top_k, params.top_p).softmax(dim=-1)
+    cdf = probs.cumsum(dim=-1)
+    target = (uniforms.to(cdf.device, cdf.dtype) * cdf[:, -1])[:, None]
+    tokens = torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=logits.shape[-1] - 1)
+    # a token of zero probability is never drawn, even where the CDF is flat at the target
+    tokens = torch.where(probs.gather(-1, tokens[:, None])[:, 0] > 0, tokens, probs.argmax(-1))
+    return tokens, F.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None])[:, 0]

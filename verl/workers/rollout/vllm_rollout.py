@@ -163,7 +163,7 @@ class VLLMRollout(Rollout):
             top_p=1.0 if greedy else params.top_p,
             top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
             max_tokens=params.response_length,
-            stop_token_ids=self.eos_token_ids,
+            stop_token_ids=[] if params.ignore_eos else self.eos_token_ids,
             ignore_eos=params.ignore_eos,
             detokenize=False,
             **extra,

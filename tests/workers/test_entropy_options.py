@@ -1,0 +1,80 @@
+"""``actor.entropy_from_logits_with_chunking`` and ``actor.entropy_checkpointing`` change memory, not
+values: the chunked and the checkpointed entropy equal the plain one, and so do their gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked
+from verl.workers.forward import EntropyOptions, response_entropy, response_log_probs
+
+
+def _logits(requires_grad: bool = False) -> torch.Tensor:
+    return torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(0), requires_grad=requires_grad)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 21, 100])
+def test_chunked_entropy_equals_the_plain_one(chunk_size):
+    logits = _logits()
+    chunked = entropy_from_logits_chunked(logits, chunk_size)
+    assert chunked.shape == (3, 7)
+    torch.testing.assert_close(chunked, entropy_from_logits(logits), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "options", [EntropyOptions(chunk_size=5), EntropyOptions(checkpointing=True), EntropyOptions(5, True)]
+)
+def test_entropy_options_keep_values_and_gradients(options):
+    plain_in, other_in = _logits(True), _logits(True)
+    plain, other = response_entropy(plain_in, EntropyOptions()), response_entropy(other_in, options)
+    torch.testing.assert_close(other, plain, rtol=0, atol=1e-6)
+    plain.pow(2).sum().backward()
+    other.pow(2).sum().backward()
+    torch.testing.assert_close(other_in.grad, plain_in.grad, rtol=1e-6, atol=1e-6)
+
+
+def _saved_elements(options: EntropyOptions) -> int:
+    """Elements autograd keeps for backward while the entropy of a fresh leaf is computed."""
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    logits = _logits(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        response_entropy(logits, options)
+    return sum(saved)
+
+
+def test_entropy_checkpointing_keeps_only_the_logits_for_backward():
+    plain, checkpointed = (
+        _saved_elements(EntropyOptions()),
+        _saved_elements(EntropyOptions(checkpointing=True)),
+    )
+    assert checkpointed == _logits().numel() < plain
+
+
+def test_response_log_probs_gives_entropy_only_when_asked():
+    module = torch.nn.Module()
+    vocab = 6
+
+    def forward(input_ids, **_):
+        return type("Out", (), {"logits": torch.nn.functional.one_hot(input_ids, vocab).float() * 2.0})()
+
+    module.forward = forward
+    ids = torch.tensor([[1, 2, 3, 4]])
+    micro = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "position_ids": ids,
+        "responses": ids[:, 2:],
+    }
+    assert "entropys" not in response_log_probs(module, micro, 1.0)
+    plain = response_log_probs(module, micro, 1.0, EntropyOptions())["entropys"]
+    chunked = response_log_probs(module, micro, 1.0, EntropyOptions(chunk_size=1, checkpointing=True))[
+        "entropys"
+    ]
+    assert plain.shape == (1, 2)
+    torch.testing.assert_close(chunked, plain)

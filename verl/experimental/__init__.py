@@ -1,0 +1,1 @@
+"""Parts whose interface may still change (verl keeps its agent loops here too)."""

@@ -1,0 +1,188 @@
+"""``tool_agent``: generate, run the tool calls the model made, append their answers, generate again.
+
+One trajectory::
+
+    prompt  = chat template(messages, tools=<schemas of multi_turn.tool_config_path>)
+    repeat: model turn      (generated ids, mask 1, engine log-probs)
+            tool calls      parsed from the turn's text (multi_turn.format: hermes)
+            tool turn       chat template of the tool messages (mask 0, log-prob 0)
+    until   the model answers without a call, the response budget (rollout.response_length) is
+            spent, or multi_turn.max_assistant_turns / max_user_turns is reached.
+
+A malformed call, an unknown tool, a tool that raises and a tool that overruns its time-out
+(``timeout_s`` in the tool's YAML config, default 30 s) each become an ``Error: ...`` message to
+the model and a count in the metrics (``agent/tool_errors/<kind>``); the trajectory goes on.
+Each tool gets ``create`` at the start (with ``extra_info.tools_kwargs[<name>].create_kwargs``),
+``calc_reward`` and ``release`` at the end, whatever happened in between. Tools run on the agent
+loop's event loop: a tool that blocks (a subprocess, a network call) should ``await`` it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, TokenOutput, register
+from verl.experimental.agent_loop.tool_parser import parse_tool_calls
+from verl.tools.schemas import OpenAIFunctionCall
+
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+ERROR_KINDS = ("malformed", "unknown", "exception", "timeout")
+SEED_STRIDE_PER_TURN = 7919
+
+
+@dataclass
+class _Trajectory:
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    assistant_turns: int = 0
+    tool_turns: int = 0
+    tool_calls: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+    tool_rewards: list[float] = field(default_factory=list)
+
+    def add_model_turn(self, out: TokenOutput) -> None:
+        self.response_ids += out.token_ids
+        self.mask += [1] * len(out.token_ids)
+        self.log_probs += out.log_probs
+        self.versions += out.versions
+        self.assistant_turns += 1
+
+    def add_tool_turn(self, ids: list[int]) -> None:
+        self.response_ids += ids
+        self.mask += [0] * len(ids)
+        self.log_probs += [0.0] * len(ids)
+        self.versions += [-1] * len(ids)
+        self.tool_turns += 1
+
+
+@register("tool_agent")
+class ToolAgentLoop(AgentLoopBase):
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        messages = list(kwargs["raw_prompt"])
+        schemas = [tool.tool_schema.to_dict() for tool in self.tools.values()]
+        prompt_ids = self.render(messages, add_generation_prompt=True, tools=schemas or None)
+        trajectory = _Trajectory()
+        instances = await self._create_instances(_tools_kwargs(kwargs))
+        request_id = self.new_request_id()
+        try:
+            await self._converse(request_id, prompt_ids, sampling_params, trajectory, instances)
+            for name, instance_id in instances.items():
+                trajectory.tool_rewards.append(await self.tools[name].calc_reward(instance_id))
+        finally:
+            self.server_manager.release(request_id)
+            for name, instance_id in instances.items():
+                await self.tools[name].release(instance_id)
+        return self._output(prompt_ids, trajectory)
+
+    async def _converse(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        t: _Trajectory,
+        instances: dict[str, str],
+    ) -> None:
+        cfg, budget = self.rollout_config.multi_turn, self.rollout_config.response_length
+        while len(t.response_ids) < budget:
+            params = {**sampling_params, "max_tokens": budget - len(t.response_ids)}
+            if sampling_params.get("seed") is not None:  # each turn its own (reproducible) draws
+                params["seed"] = int(sampling_params["seed"]) + SEED_STRIDE_PER_TURN * t.assistant_turns
+            out = await self.server_manager.generate(
+                request_id, prompt_ids=prompt_ids + t.response_ids, sampling_params=params
+            )
+            t.add_model_turn(out)
+            if out.finish_reason == "length" or _reached(t.assistant_turns, cfg.max_assistant_turns):
+                return
+            parsed = parse_tool_calls(
+                self.tokenizer.decode(out.token_ids, skip_special_tokens=True), cfg.format
+            )
+            if not parsed.calls and not parsed.errors:
+                return  # an answer: the trajectory is done
+            if _reached(t.tool_turns, cfg.max_user_turns):
+                return
+            t.errors["malformed"] += len(parsed.errors)
+            answers = [f"Error: {error}" for error in parsed.errors]
+            calls = parsed.calls[: cfg.max_parallel_calls]
+            answers += await asyncio.gather(*(self._call(call, instances, t) for call in calls))
+            tool_messages = [{"role": "tool", "content": self._truncate(answer)} for answer in answers]
+            tool_ids = self._tool_turn_ids(tool_messages)
+            if len(t.response_ids) + len(tool_ids) >= budget:
+                return  # no room to answer: end on the model's turn (it carries the reward)
+            t.add_tool_turn(tool_ids)
+
+    async def _call(self, call: OpenAIFunctionCall, instances: dict[str, str], t: _Trajectory) -> str:
+        t.tool_calls += 1
+        tool = self.tools.get(call.name)
+        if tool is None:
+            t.errors["unknown"] += 1
+            return f"Error: there is no tool named {call.name!r}; available: {sorted(self.tools)}"
+        timeout = float(tool.config.get("timeout_s", DEFAULT_TOOL_TIMEOUT_S))
+        try:
+            response, reward, _ = await asyncio.wait_for(
+                tool.execute(instances[call.name], call.arguments), timeout
+            )
+        except TimeoutError:
+            t.errors["timeout"] += 1
+            return f"Error: the tool {call.name!r} did not answer within {timeout:g} s"
+        except Exception as error:  # a failing tool is the model's problem to handle, not the step's
+            t.errors["exception"] += 1
+            return f"Error: the tool {call.name!r} failed: {type(error).__name__}: {error}"
+        t.tool_rewards.append(float(reward))
+        return response.text or ""
+
+    async def _create_instances(self, tools_kwargs: dict[str, Any]) -> dict[str, str]:
+        instances = {}
+        for name, tool in self.tools.items():
+            create_kwargs = (tools_kwargs.get(name) or {}).get("create_kwargs", {})
+            instances[name], _ = await tool.create(**create_kwargs)
+        return instances
+
+    def _tool_turn_ids(self, tool_messages: list[dict[str, str]]) -> list[int]:
+        """The tokens the chat template puts after an assistant turn for these tool messages
+        (and the generation prompt of the next assistant turn): the difference between a
+        rendering with and without them."""
+        base = [{"role": "user", "content": "."}]
+        before = self.render(base, add_generation_prompt=False)
+        after = self.render(base + tool_messages, add_generation_prompt=True)
+        if after[: len(before)] != before:
+            raise ValueError("the chat template does not render tool messages as a continuation of the chat")
+        return after[len(before) :]
+
+    def _truncate(self, text: str) -> str:
+        cfg = self.rollout_config.multi_turn
+        limit = cfg.max_tool_response_length
+        if len(text) <= limit:
+            return text
+        if cfg.tool_response_truncate_side == "left":
+            return "..." + text[-limit:]
+        if cfg.tool_response_truncate_side == "right":
+            return text[:limit] + "..."
+        return text[: limit // 2] + "..." + text[len(text) - (limit - limit // 2) :]
+
+    def _output(self, prompt_ids: list[int], t: _Trajectory) -> AgentLoopOutput:
+        budget = self.rollout_config.response_length
+        metrics = {"tool_calls": float(t.tool_calls)}
+        metrics.update({f"tool_errors/{kind}": float(n) for kind, n in t.errors.items()})
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=t.response_ids[:budget],
+            response_mask=t.mask[:budget],
+            response_logprobs=t.log_probs[:budget],
+            response_versions=t.versions[:budget],
+            num_turns=1 + t.assistant_turns + t.tool_turns,
+            metrics=metrics,
+            extra_fields={"tool_rewards": list(t.tool_rewards)},
+        )
+
+
+def _reached(count: int, limit: int | None) -> bool:
+    return limit is not None and count >= limit
+
+
+def _tools_kwargs(row: dict[str, Any]) -> dict[str, Any]:
+    extra = row.get("extra_info") or {}
+    return (extra.get("tools_kwargs") if isinstance(extra, dict) else None) or row.get("tools_kwargs") or {}
