@@ -10,7 +10,7 @@ One trajectory::
             spent, or multi_turn.max_assistant_turns / max_user_turns is reached.
 
 A malformed call, an unknown tool, a tool that raises and a tool that overruns its time-out
-(``timeout_s`` in the tool's YAML config, default 30 s) each become an ``Error: ...`` message to
+(the tool's ``call_timeout_s`` attribute, else ``timeout_s`` of its YAML config, default 30 s) each become an ``Error: ...`` message to
 the model and a count in the metrics (``agent/tool_errors/<kind>``); the trajectory goes on.
 Each tool gets ``create`` at the start (with ``extra_info.tools_kwargs[<name>].create_kwargs``),
 ``calc_reward`` and ``release`` at the end, whatever happened in between. Tools run on the agent
@@ -120,7 +120,9 @@ class ToolAgentLoop(AgentLoopBase):
         if tool is None:
             t.errors["unknown"] += 1
             return f"Error: there is no tool named {call.name!r}; available: {sorted(self.tools)}"
-        timeout = float(tool.config.get("timeout_s", DEFAULT_TOOL_TIMEOUT_S))
+        timeout = getattr(tool, "call_timeout_s", None) or float(
+            tool.config.get("timeout_s", DEFAULT_TOOL_TIMEOUT_S)
+        )
         try:
             response, reward, _ = await asyncio.wait_for(
                 tool.execute(instances[call.name], call.arguments), timeout

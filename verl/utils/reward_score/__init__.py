@@ -1,8 +1,9 @@
 """Rule-based scorers, picked by each row's ``data_source``.
 
 ``default_compute_score(data_source, solution_str, ground_truth, extra_info)`` is verl's entry
-point: it returns a float (1.0 correct, 0.0 wrong for every built-in scorer) and raises
-:class:`UnknownDataSourceError` for a data source no scorer handles. Known sources:
+point: it returns a float (1.0 correct, 0.0 wrong for the built-in 0/1 scorers) or, for the code
+scorer, a dict with ``score`` (the fraction of test cases passed), ``pass_rate`` and ``acc``; it
+raises :class:`UnknownDataSourceError` for a data source no scorer handles. Known sources:
 
 ==========================================================  ===================================
 data_source                                                 scorer
@@ -13,6 +14,8 @@ data_source                                                 scorer
 ``HuggingFaceH4/MATH-500``, ``math``
 ``countdown``                                               :mod:`.countdown`
 ``arith``                                                   :mod:`.arith` (the built-in task)
+``code_offline``, ``codecontests``, ``apps``,               :mod:`.code` (test cases run in the
+``codeforces``, ``taco``                                    local sandbox)
 ==========================================================  ===================================
 
 Any other source needs ``custom_reward_function.path``. This package imports neither torch nor
@@ -21,10 +24,10 @@ sympy at import time: it is loaded by every scorer process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from verl.utils.reward_score import arith, countdown, gsm8k
+from verl.utils.reward_score import arith, code, countdown, gsm8k
 from verl.utils.reward_score import math as math_score
 
 __all__ = [
@@ -40,7 +43,7 @@ class UnknownDataSourceError(NotImplementedError):
     """No built-in scorer handles this data_source (and no custom reward function is set)."""
 
 
-_SCORERS: dict[str, Callable[[str, Any], float]] = {
+_SCORERS: dict[str, Callable[[str, Any], float | dict[str, float]]] = {
     "openai/gsm8k": gsm8k.compute_score,
     "gsm8k": gsm8k.compute_score,
     "reasoning_gym/gsm_symbolic": gsm8k.compute_score,
@@ -51,6 +54,12 @@ _SCORERS: dict[str, Callable[[str, Any], float]] = {
     "math": math_score.compute_score,
     "countdown": countdown.compute_score,
     "arith": arith.compute_score,
+    # verl's names for APPS-format code datasets (it scores them with the pass fraction too)
+    "code_offline": code.compute_score,
+    "codecontests": code.compute_score,
+    "apps": code.compute_score,
+    "codeforces": code.compute_score,
+    "taco": code.compute_score,
 }
 
 KNOWN_DATA_SOURCES: tuple[str, ...] = tuple(_SCORERS)
@@ -68,7 +77,7 @@ def default_compute_score(
     ground_truth: Any,
     extra_info: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> float:
+) -> float | dict[str, float]:
     """Score one response with the scorer registered for ``data_source``."""
     scorer = _SCORERS.get(data_source)
     if scorer is None:
@@ -76,7 +85,8 @@ def default_compute_score(
             f"no built-in scorer for data_source {data_source!r}; known: {sorted(_SCORERS)}. "
             "Set custom_reward_function.path/name to score it with your own function."
         )
-    return float(scorer(solution_str, ground_truth))
+    result = scorer(solution_str, ground_truth)
+    return dict(result) if isinstance(result, Mapping) else float(result)
 
 
 def default_compute_score_batch(
@@ -85,7 +95,7 @@ def default_compute_score_batch(
     ground_truths: Sequence[Any],
     extra_infos: Sequence[dict[str, Any] | None],
     **kwargs: Any,
-) -> list[float]:
+) -> list[float | dict[str, float]]:
     """The vectorised form used by the ``batch`` reward manager when no custom function is set."""
     return [
         default_compute_score(source, solution, truth, extra)
