@@ -38,7 +38,9 @@ class OpenAIAgentLoop(AgentLoopBase):
         import openai
 
         episode_id, base_url = self.chat_proxy.open_episode(sampling_params.get("seed"))
-        client = openai.AsyncOpenAI(base_url=base_url, api_key="verl", max_retries=0)
+        # the endpoint is on loopback: a proxy from the environment must not reroute it
+        http_client = openai.DefaultAsyncHttpxClient(trust_env=False)
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="verl", max_retries=0, http_client=http_client)
         try:
             result = await self.function(client, **kwargs)
         finally:

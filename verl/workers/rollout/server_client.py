@@ -122,13 +122,17 @@ class PendingBatch:
         return self.future.result(timeout=timeout_s)
 
 
+# the rollout servers listen on this machine: an http(s)_proxy in the environment must not reroute them
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def post_json(url: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """POST ``payload`` as JSON; an HTTP error becomes a :class:`RolloutServerError` with the
     server's message."""
     data = json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with _LOOPBACK.open(request, timeout=timeout_s) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")
