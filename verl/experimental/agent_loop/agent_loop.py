@@ -21,6 +21,7 @@ import importlib
 import os
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,60 @@ class AgentLoopOutput:
     """Chat turns: user, assistant and tool messages."""
     metrics: dict[str, float] = field(default_factory=dict)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """A multi-turn response as it grows: model tokens (mask 1, with the engine's log-probs and
+    weight versions) and context tokens the model did not write (tool or user turns: mask 0,
+    log-prob 0, version -1)."""
+
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def add_model_tokens(self, token_ids: list[int], log_probs: list[float], versions: list[int]) -> None:
+        self.response_ids += token_ids
+        self.mask += [1] * len(token_ids)
+        self.log_probs += log_probs
+        self.versions += versions
+
+    def add_context_tokens(self, token_ids: list[int]) -> None:
+        self.response_ids += token_ids
+        self.mask += [0] * len(token_ids)
+        self.log_probs += [0.0] * len(token_ids)
+        self.versions += [-1] * len(token_ids)
+
+
+def render_messages(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None = None,
+    **extra: Any,
+) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's chat template."""
+    ids = tokenizer.apply_chat_template(
+        messages,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=True,
+        **(template_kwargs or {}),
+        **extra,
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def render_continuation(render: Callable[..., list[int]], new_messages: list[dict[str, Any]]) -> list[int]:
+    """The tokens the chat template puts after an assistant turn for ``new_messages`` (tool results,
+    a user turn) and the next generation prompt: the difference between a rendering with and
+    without them. ``render(messages, add_generation_prompt)`` is the chat template."""
+    base = [{"role": "user", "content": "."}]
+    before = render(base, False)
+    after = render(base + new_messages, True)
+    if after[: len(before)] != before:
+        raise ValueError("the chat template does not render these messages as a continuation of the chat")
+    return after[len(before) :]
 
 
 @dataclass
@@ -120,14 +175,9 @@ class AgentLoopBase(ABC):
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, **extra: Any) -> list[int]:
         """Token ids of ``messages`` under the tokenizer's chat template."""
-        ids = self.tokenizer.apply_chat_template(
-            messages,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=True,
-            **self.apply_chat_template_kwargs,
-            **extra,
+        return render_messages(
+            self.tokenizer, messages, add_generation_prompt, self.apply_chat_template_kwargs, **extra
         )
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     @staticmethod
     def new_request_id() -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from verl.experimental.agent_loop.agent_loop import Trajectory, render_continuation
 from verl.experimental.agent_loop.tool_parser import parse_tool_calls
 from verl.workers.rollout.http_front import JSONHandler, LoopbackHTTPServer, error_body
 from verl.workers.rollout.server_client import RolloutServerError, post_json
@@ -58,10 +59,8 @@ class Episode:
     budget: int
     seed: int | None
     prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    log_probs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+    chain: Trajectory = field(default_factory=Trajectory)
+    """The sample so far: the generated ids and the renderings of the messages added between them."""
     history: list[tuple] = field(default_factory=list)
     """The normalised messages of the chain so far, ending with the assistant message returned."""
     completions: int = 0
@@ -115,23 +114,19 @@ class ChatProxy:
         continues = bool(episode.history) and normalised[: len(episode.history)] == episode.history
         if continues:
             new = messages[len(episode.history) :]
-            delta = self._render_new(new) if new else []
-            prompt_ids = episode.prompt_ids + episode.response_ids + delta
-        else:
-            if episode.chain_completions:  # the agent rewrote its history: a new chain
-                episode.prompt_ids, episode.response_ids, episode.mask = [], [], []
-                episode.log_probs, episode.versions, episode.chain_completions = [], [], 0
+            delta = render_continuation(self.render, new) if new else []
+            prompt_ids = episode.prompt_ids + episode.chain.response_ids + delta
+        else:  # the first request, or the agent rewrote its history: a new chain
             delta, prompt_ids = [], self.render(messages, True, tools=body.get("tools") or None)
-        room = episode.budget - len(episode.response_ids) - len(delta)
+            episode.prompt_ids, episode.chain, episode.chain_completions = prompt_ids, Trajectory(), 0
+        room = episode.budget - len(episode.chain.response_ids) - len(delta)
         wanted = body.get("max_completion_tokens") or body.get("max_tokens") or room
         out = self._generate(episode, prompt_ids, min(int(wanted), room), body) if room > 0 else None
         tokens = out["token_ids"] if out else []
-        if not continues:
-            episode.prompt_ids = prompt_ids
-        episode.response_ids += delta + tokens
-        episode.mask += [0] * len(delta) + [1] * len(tokens)
-        episode.log_probs += [0.0] * len(delta) + (out["log_probs"] if out else [])
-        episode.versions += [-1] * len(delta) + (out["token_versions"] if out else [])
+        episode.chain.add_context_tokens(delta)
+        episode.chain.add_model_tokens(
+            tokens, out["log_probs"] if out else [], out["token_versions"] if out else []
+        )
         episode.completions += 1
         episode.chain_completions += 1
         message = self._message(tokens)
@@ -149,14 +144,6 @@ class ChatProxy:
         if seed is not None:
             request["seed"] = int(seed) + 7919 * episode.completions
         return post_json(f"{episode.address}/generate", request, self.rollout.server.timeout_s)
-
-    def _render_new(self, new_messages: list[dict]) -> list[int]:
-        base = [{"role": "user", "content": "."}]
-        before = self.render(base, False)
-        after = self.render(base + new_messages, True)
-        if after[: len(before)] != before:
-            raise ChatRequestError("the chat template does not render these messages as a continuation")
-        return after[len(before) :]
 
     def _message(self, tokens: list[int]) -> dict[str, Any]:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -17,6 +17,7 @@ or a long answer never holds up the other trajectories. The batch the trainer ge
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +30,7 @@ from verl.experimental.agent_loop.agent_loop import (
     ServerManager,
     get_agent_loop_class,
     register_from_config,
+    render_messages,
 )
 from verl.experimental.agent_loop.chat_proxy import ChatProxy
 from verl.protocol import DataProto
@@ -57,7 +59,10 @@ class AgentLoopManager:
         self.tools = {tool.name: tool for tool in initialize_tools_from_config(path)} if path else {}
         self._executor = ThreadPoolExecutor(max_workers=MAX_CONCURRENCY, thread_name_prefix="agent-http")
         self.server_manager = ServerManager(addresses, self.rollout.server.timeout_s, self._executor)
-        self.chat_proxy = ChatProxy(self.server_manager, tokenizer, config, self._render)
+        render = functools.partial(
+            render_messages, tokenizer, template_kwargs=dict(config.data.apply_chat_template_kwargs or {})
+        )
+        self.chat_proxy = ChatProxy(self.server_manager, tokenizer, config, render)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agent-loops", daemon=True)
         self._thread.start()
@@ -71,16 +76,6 @@ class AgentLoopManager:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def _render(self, messages: list[dict], add_generation_prompt: bool, **extra) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=True,
-            **dict(self.config.data.apply_chat_template_kwargs or {}),
-            **extra,
-        )
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     # ------------------------------------------------------------------ one batch
     async def _generate(self, prompts: DataProto) -> DataProto:

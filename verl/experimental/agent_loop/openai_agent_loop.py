@@ -53,10 +53,10 @@ class OpenAIAgentLoop(AgentLoopBase):
             )
         return AgentLoopOutput(
             prompt_ids=episode.prompt_ids,
-            response_ids=episode.response_ids,
-            response_mask=episode.mask,
-            response_logprobs=episode.log_probs,
-            response_versions=episode.versions,
+            response_ids=episode.chain.response_ids,
+            response_mask=episode.chain.mask,
+            response_logprobs=episode.chain.log_probs,
+            response_versions=episode.chain.versions,
             reward_score=float(reward),
             num_turns=1 + 2 * episode.chain_completions,
             metrics={

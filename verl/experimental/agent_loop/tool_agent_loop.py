@@ -23,7 +23,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, TokenOutput, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopOutput,
+    TokenOutput,
+    Trajectory,
+    register,
+    render_continuation,
+)
 from verl.experimental.agent_loop.tool_parser import parse_tool_calls
 from verl.tools.schemas import OpenAIFunctionCall
 
@@ -33,11 +40,9 @@ SEED_STRIDE_PER_TURN = 7919
 
 
 @dataclass
-class _Trajectory:
-    response_ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    log_probs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+class _Trajectory(Trajectory):
+    """The response, and the counts the metrics report."""
+
     assistant_turns: int = 0
     tool_turns: int = 0
     tool_calls: int = 0
@@ -45,17 +50,11 @@ class _Trajectory:
     tool_rewards: list[float] = field(default_factory=list)
 
     def add_model_turn(self, out: TokenOutput) -> None:
-        self.response_ids += out.token_ids
-        self.mask += [1] * len(out.token_ids)
-        self.log_probs += out.log_probs
-        self.versions += out.versions
+        self.add_model_tokens(out.token_ids, out.log_probs, out.versions)
         self.assistant_turns += 1
 
     def add_tool_turn(self, ids: list[int]) -> None:
-        self.response_ids += ids
-        self.mask += [0] * len(ids)
-        self.log_probs += [0.0] * len(ids)
-        self.versions += [-1] * len(ids)
+        self.add_context_tokens(ids)
         self.tool_turns += 1
 
 
@@ -109,7 +108,7 @@ class ToolAgentLoop(AgentLoopBase):
             calls = parsed.calls[: cfg.max_parallel_calls]
             answers += await asyncio.gather(*(self._call(call, instances, t) for call in calls))
             tool_messages = [{"role": "tool", "content": self._truncate(answer)} for answer in answers]
-            tool_ids = self._tool_turn_ids(tool_messages)
+            tool_ids = render_continuation(self.render, tool_messages)
             if len(t.response_ids) + len(tool_ids) >= budget:
                 return  # no room to answer: end on the model's turn (it carries the reward)
             t.add_tool_turn(tool_ids)
@@ -142,17 +141,6 @@ class ToolAgentLoop(AgentLoopBase):
             create_kwargs = (tools_kwargs.get(name) or {}).get("create_kwargs", {})
             instances[name], _ = await tool.create(**create_kwargs)
         return instances
-
-    def _tool_turn_ids(self, tool_messages: list[dict[str, str]]) -> list[int]:
-        """The tokens the chat template puts after an assistant turn for these tool messages
-        (and the generation prompt of the next assistant turn): the difference between a
-        rendering with and without them."""
-        base = [{"role": "user", "content": "."}]
-        before = self.render(base, add_generation_prompt=False)
-        after = self.render(base + tool_messages, add_generation_prompt=True)
-        if after[: len(before)] != before:
-            raise ValueError("the chat template does not render tool messages as a continuation of the chat")
-        return after[len(before) :]
 
     def _truncate(self, text: str) -> str:
         cfg = self.rollout_config.multi_turn
