@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 
 ACC = "val-core/arith/acc/mean@1"

@@ -21,9 +21,9 @@ import time
 import numpy as np
 import torch
 
+from verl.algorithms.advantages import compute_advantage
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
-from verl.trainer.ppo.advantages import compute_advantage
 from verl.utils.builtin import build_char_tokenizer
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 from verl.utils.model import load_tokenizer
 

@@ -26,8 +26,8 @@ import time
 
 import torch
 
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
 from verl.utils import builtin
 from verl.utils.model import load_tokenizer
 from verl.workers.rollout import build_rollout

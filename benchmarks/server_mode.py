@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rollout_throughput import THREADS, medium_model_dir, prompt_batch
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.utils import builtin
 from verl.utils.model import eos_token_ids, load_tokenizer
 from verl.workers.rollout import build_rollout, build_server

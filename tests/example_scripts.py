@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted([*REPO.glob("examples/*/run_*.sh"), *REPO.glob("recipe/*/run_*.sh")])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.example_scripts import ENTRIES, REPO, SCRIPTS, load_script_config
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.ppo_trainer import load_config
-from verl.trainer.ppo.advantages import ADV_ESTIMATOR_REGISTRY
-from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY
+from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY
+from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY
+from verl.config.base import ConfigError
+from verl.config.ppo_trainer import load_config
 
 
 def test_there_are_example_scripts():

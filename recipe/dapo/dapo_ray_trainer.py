@@ -26,9 +26,9 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from verl.config.base import ConfigError
+from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 __all__ = ["RayDAPOTrainer", "group_metric", "informative_groups"]

@@ -15,8 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from recipe.dapo.dapo_ray_trainer import RayDAPOTrainer
-from verl.trainer.config.cli import prepare_argv
-from verl.trainer.config.ppo_trainer import to_typed_config
+from verl.config.cli import prepare_argv
+from verl.config.ppo_trainer import to_typed_config
 from verl.trainer.main_ppo import run_ppo
 
 

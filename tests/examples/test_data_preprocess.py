@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.utils.dataset.char_tokenizer import make_char_tokenizer
-from verl.trainer.config.data import DataConfig
+from verl.config.data import DataConfig
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.reward_score import default_compute_score
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from recipe.dapo.dapo_ray_trainer import RayDAPOTrainer, group_metric, informative_groups
+from verl.config.base import ConfigError
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.ppo_trainer import load_config
 
 DAPO_CONFIG = str(Path(__file__).resolve().parents[2] / "recipe" / "dapo" / "config")
 SMALL = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.trainer.ppo.policy_losses import compute_policy_loss_gpg, register_policy_loss
+from verl.algorithms.policy_losses import compute_policy_loss_gpg, register_policy_loss
 
 
 @register_policy_loss("nan_for_tests")

@@ -11,7 +11,7 @@ import pytest
 from tests.example_scripts import ENTRIES, REPO, SCRIPTS, script_command, trainer_class
 from tests.trainer.test_learning import FAMILIES
 from tests.trainer.test_vllm_learning import SCRIPT as VLLM_LEARNED
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
 SHORT = [

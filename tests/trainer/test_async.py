@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer, sample_staleness

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from verl.algorithms.advantages import compute_advantage
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
-from verl.trainer.ppo.advantages import compute_advantage
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 
 STALE_ROW = 1  # group "a", 2 versions old with max_staleness=1 at policy version 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.test_vllm_learning import needs_vllm
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 

@@ -101,7 +101,7 @@ def test_a_corrupt_first_checkpoint_says_to_start_afresh(tmp_path):
 def test_a_truncated_dcp_shard_names_the_shard(tmp_path):
     import torch
 
-    from verl.trainer.config.engine import FSDPConfig, OptimConfig
+    from verl.config.engine import FSDPConfig, OptimConfig
     from verl.workers.engine.fsdp import FSDPEngine
 
     make_step(tmp_path, 1)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
 SMALL_RUN = [

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from tests.trainer.test_resume import finish, logged_steps, metric_stream, start
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
 

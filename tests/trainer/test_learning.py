@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.example_scripts import REPO, script_command
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 ACC = "val-core/arith/acc/mean@1"

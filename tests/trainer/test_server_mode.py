@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.workers.rollout.test_vllm_rollout import SMALL_RUN
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer

@@ -9,8 +9,8 @@ import pytest
 import ray
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 
+from verl.config.ppo_trainer import load_config
 from verl.single_controller import WorkerGroupError
-from verl.trainer.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from verl.trainer.config.actor import ModelConfig
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.actor import ModelConfig
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.model import load_tokenizer, resolve_tokenizer_source
 

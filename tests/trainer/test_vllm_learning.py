@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.example_scripts import REPO, script_command
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl.trainer.config.actor import ModelConfig
+from verl.config.actor import ModelConfig
 from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer, load_value_model
 from verl.utils.smollm import (
     INSTALL_COMMANDS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.trainer.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
+from verl.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
 from verl.workers.engine.fsdp import FSDPEngine, cast_float_buffers, mixed_precision_policy
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from verl.algorithms.advantages import compute_advantage
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
-from verl.trainer.ppo.advantages import compute_advantage
 
 pytestmark = pytest.mark.gpu
 

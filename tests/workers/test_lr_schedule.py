@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from verl.trainer.config.engine import OptimConfig
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.engine import OptimConfig
+from verl.config.ppo_trainer import load_config
 from verl.workers.engine.optim import lr_multiplier
 
 

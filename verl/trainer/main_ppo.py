@@ -13,7 +13,7 @@ One GPU::
 A cluster: start Ray on every node, then add ``ray_init.address=auto trainer.nnodes=N``.
 ``--cfg job`` validates and prints the resolved config; an unknown key is an error that names it.
 verl's scripts run unchanged: deprecated keys are converted, inert ones listed in the log, and
-unsupported ones refused with a message (``verl/trainer/config/compat.py``).
+unsupported ones refused with a message (``verl/config/compat.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from verl.config.cli import prepare_argv
+from verl.config.compat import refuse_recipe_only_keys
+from verl.config.notes import log_config_notes
+from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
 from verl.single_controller import WorkerGroupError
-from verl.trainer.config.cli import prepare_argv
-from verl.trainer.config.compat import refuse_recipe_only_keys
-from verl.trainer.config.notes import log_config_notes
-from verl.trainer.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
 from verl.trainer.ppo import builders
 
 logger = logging.getLogger(__name__)

@@ -17,11 +17,10 @@ import time
 
 import torch
 
+from verl.algorithms.actor_loss import compute_actor_loss
+from verl.config.actor import ActorRolloutRefConfig
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
-from verl.trainer.config.actor import ActorRolloutRefConfig
-from verl.trainer.ppo.actor_loss import compute_actor_loss
-from verl.trainer.ppo.metric_utils import compute_mfu, compute_perf_metrics
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import (
     TokenizerSource,
@@ -30,6 +29,7 @@ from verl.utils.model import (
     resolve_tokenizer_source,
     save_hf_files,
 )
+from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch

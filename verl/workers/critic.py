@@ -6,10 +6,10 @@ import os
 
 import torch
 
+from verl.algorithms.actor_loss import compute_critic_loss
+from verl.config.critic import CriticConfig
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
-from verl.trainer.config.critic import CriticConfig
-from verl.trainer.ppo.actor_loss import compute_critic_loss
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
 from verl.workers.engine.fsdp import FSDPEngine

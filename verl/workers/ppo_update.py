@@ -6,7 +6,7 @@ mini-batches (one optimizer step each), split every mini-batch into micro-batche
 
 Every micro-batch also carries the counts of its whole mini-batch over all ranks
 (:func:`mini_batch_counts`), so the losses normalise by the mini-batch, not the micro-batch
-(verl 0.9.1's global-batch normalisation; see :mod:`verl.trainer.ppo.actor_loss`): the loss
+(verl 0.9.1's global-batch normalisation; see :mod:`verl.algorithms.actor_loss`): the loss
 scale does not depend on ``ppo_micro_batch_size_per_gpu`` or on the number of ranks.
 """
 

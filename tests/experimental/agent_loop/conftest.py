@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.experimental.agent_loop.tool_model import cached_tool_model
+from verl.config.ppo_trainer import load_config
 from verl.experimental.agent_loop.manager import AgentLoopManager
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
 from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
 from verl.workers.rollout import build_server
 from verl.workers.rollout.hf_rollout import HFRollout

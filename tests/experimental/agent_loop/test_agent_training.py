@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.experimental.agent_loop.tool_model import cached_tool_model
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 HERE = Path(__file__).resolve().parent

@@ -2,7 +2,7 @@
 
 "Takes effect" is checked the way a reader would grep: the key's name is read as an attribute (or
 named as a string, for ``getattr``; doc strings do not count) in a file of ``verl/`` or ``recipe/``
-outside the schema (``verl/trainer/config/``), in a file whose text also names the key's section
+outside the schema (``verl/config/``), in a file whose text also names the key's section
 (its field name or its dataclass), so that ``filter_groups.enable`` is not satisfied by some other
 ``.enable``. A key only the schema reads must be in one of the lists of ``compat.py`` or
 ``ppo_trainer.py``; a new key that nothing reads fails here.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from verl.trainer.config import compat
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.ppo_trainer import (
+from verl.config import compat
+from verl.config.base import ConfigError
+from verl.config.ppo_trainer import (
     ALWAYS_INERT_KEYS,
     ENGINE_ONLY_KEYS,
     GPU_ONLY_KEYS,
@@ -28,10 +28,10 @@ from verl.trainer.config.ppo_trainer import (
     PPOTrainerConfig,
     load_config,
 )
-from verl.trainer.config.rollout import RolloutConfig
+from verl.config.rollout import RolloutConfig
 
 REPO = Path(__file__).resolve().parents[3]
-SCHEMA_DIR = REPO / "verl" / "trainer" / "config"
+SCHEMA_DIR = REPO / "verl" / "config"
 INERT = (*ALWAYS_INERT_KEYS, *GPU_ONLY_KEYS, *ENGINE_ONLY_KEYS, *SERVER_ONLY_KEYS)
 # Keys whose effect is written but not yet called from a file this change may not edit; each entry
 # says what is missing. The test fails once the key is read, so the entry gets removed then.
@@ -96,7 +96,7 @@ def test_every_schema_key_is_read_refused_converted_or_inert():
     ]
     assert not unaccounted, (
         "these keys are read nowhere in verl/ or recipe/ and are not refused, converted or inert "
-        f"(make them take effect, or list them in verl/trainer/config/compat.py or ppo_trainer.py): {unaccounted}"
+        f"(make them take effect, or list them in verl/config/compat.py or ppo_trainer.py): {unaccounted}"
     )
 
 

@@ -1,5 +1,5 @@
 """verl's spellings: accepted with verl's meaning, converted, refused with a message, or noted
-as inert, never silently dropped (verl/trainer/config/compat.py)."""
+as inert, never silently dropped (verl/config/compat.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.compat import refuse_recipe_only_keys
-from verl.trainer.config.notes import log_config_notes
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.base import ConfigError
+from verl.config.compat import refuse_recipe_only_keys
+from verl.config.notes import log_config_notes
+from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
 

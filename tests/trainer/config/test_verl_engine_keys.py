@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.compat import get_key
-from verl.trainer.config.notes import log_config_notes
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.base import ConfigError
+from verl.config.compat import get_key
+from verl.config.notes import log_config_notes
+from verl.config.ppo_trainer import load_config
 
 A, C = "actor_rollout_ref.actor", "critic"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verl.trainer.config.notes import log_config_notes
-from verl.trainer.config.ppo_trainer import load_config
+from verl.config.notes import log_config_notes
+from verl.config.ppo_trainer import load_config
 
 HERE = Path(__file__).resolve().parent / "verl_scripts"
 SCRIPTS = sorted(HERE.glob("*.sh"))

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from verl.trainer.config.algorithm import PolicyLossConfig
-from verl.trainer.ppo import policy_losses
-from verl.trainer.ppo.actor_loss import compute_actor_loss, compute_critic_loss
-from verl.trainer.ppo.policy_losses import register_policy_loss
+from verl.algorithms import policy_losses
+from verl.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
+from verl.algorithms.policy_losses import register_policy_loss
+from verl.config.algorithm import PolicyLossConfig
 
 
 def actor_config(**overrides):

@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from verl.algorithms import advantages as adv
+from verl.algorithms.advantages import compute_advantage, get_adv_estimator_fn, register_adv_est
+from verl.config.algorithm import AlgorithmConfig
+from verl.config.base import ConfigError
 from verl.protocol import DataProto
-from verl.trainer.config.algorithm import AlgorithmConfig
-from verl.trainer.config.base import ConfigError
-from verl.trainer.ppo import advantages as adv
-from verl.trainer.ppo.advantages import compute_advantage, get_adv_estimator_fn, register_adv_est
 
 EPS = 1e-6  # group-std epsilon of GRPO / pass@k
 
@@ -261,7 +261,7 @@ def test_pf_ppo_resamples_rows_by_reward():
 
 
 def test_filter_groups_needs_a_metric_when_enabled():
-    from verl.trainer.config.algorithm import FilterGroupsConfig
+    from verl.config.algorithm import FilterGroupsConfig
 
     AlgorithmConfig(filter_groups=FilterGroupsConfig(enable=True, metric="acc")).validate("algorithm")
     with pytest.raises(ConfigError, match=r"algorithm\.filter_groups\.metric"):

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from tests.utils.dataset.char_tokenizer import make_char_tokenizer
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
 from verl.trainer.ppo.generation_dump import dump_rollouts
 from verl.trainer.ppo.validation import Validator
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from verl.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
+from verl.algorithms.loss_agg import LOSS_AGG_MODES
+from verl.config.actor import ActorConfig
+from verl.config.algorithm import PolicyLossConfig
 from verl.protocol import DataProto
-from verl.trainer.config.actor import ActorConfig
-from verl.trainer.config.algorithm import PolicyLossConfig
-from verl.trainer.ppo.actor_loss import compute_actor_loss, compute_critic_loss
-from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES
 from verl.workers.engine.micro_batch import split_micro_batches
 from verl.workers.ppo_update import mini_batch_counts
 

@@ -6,16 +6,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from verl.protocol import DataProto
-from verl.trainer.config.algorithm import AlgorithmConfig, KLControlConfig
-from verl.trainer.config.base import ConfigError
-from verl.trainer.ppo.kl import (
+from verl.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
     apply_kl_penalty,
     get_kl_controller,
     kl_penalty,
 )
+from verl.config.algorithm import AlgorithmConfig, KLControlConfig
+from verl.config.base import ConfigError
+from verl.protocol import DataProto
 
 LOGP = torch.tensor([0.0, -1.0])
 REF = torch.tensor([math.log(2.0), -0.5])  # log_r = logp - ref = [-ln 2, -0.5]

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from torch.testing import assert_close
 
-from verl.trainer.config.algorithm import AlgorithmConfig
-from verl.trainer.ppo.advantages import get_adv_estimator_fn
+from verl.algorithms.advantages import get_adv_estimator_fn
+from verl.config.algorithm import AlgorithmConfig
 
 MASK = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
 REWARDS = torch.tensor([[0.0, 1.0], [3.0, 0.0], [0.0, 0.0], [2.0, 0.0]])  # scores 1, 3, 0, 2

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from verl.trainer.config.actor import ActorConfig
-from verl.trainer.config.algorithm import PolicyLossConfig, RolloutCorrectionConfig
-from verl.trainer.ppo.policy_losses import get_policy_loss_fn
+from verl.algorithms.policy_losses import get_policy_loss_fn
+from verl.config.actor import ActorConfig
+from verl.config.algorithm import PolicyLossConfig, RolloutCorrectionConfig
 
 
 def call(name, old, logp, adv, mask, mode="token-mean", **config):

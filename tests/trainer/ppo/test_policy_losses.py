@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from verl.trainer.config.algorithm import PolicyLossConfig
-from verl.trainer.config.base import ConfigError
-from verl.trainer.ppo import policy_losses
-from verl.trainer.ppo.policy_losses import get_policy_loss_fn, register_policy_loss
+from verl.algorithms import policy_losses
+from verl.algorithms.policy_losses import get_policy_loss_fn, register_policy_loss
+from verl.config.algorithm import PolicyLossConfig
+from verl.config.base import ConfigError
 
 METRIC_KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
@@ -228,7 +228,7 @@ def test_kl_cov_penalises_the_top_covariance_token():
 
 
 def test_rollout_is_weights_token_and_sequence_by_hand():
-    from verl.trainer.ppo.rollout_correction import rollout_is_weights
+    from verl.algorithms.rollout_correction import rollout_is_weights
 
     prox = torch.tensor([[-1.0, -1.0, -2.0], [-0.5, -0.5, 0.0]])
     behav = torch.tensor([[-1.0, -2.0, -2.0], [-1.0, -0.5, 0.0]])
@@ -251,7 +251,7 @@ def test_rollout_is_weights_token_and_sequence_by_hand():
 
 
 def test_rollout_rejection_by_hand():
-    from verl.trainer.ppo.rollout_correction import rollout_rejection_mask
+    from verl.algorithms.rollout_correction import rollout_rejection_mask
 
     log_rho = torch.tensor([[0.0, 1.0, 0.0], [0.1, -0.1, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])

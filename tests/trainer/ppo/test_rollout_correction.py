@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from verl.algorithms.actor_loss import compute_actor_loss
+from verl.algorithms.advantages import compute_advantage
+from verl.config.actor import ActorConfig
+from verl.config.algorithm import AlgorithmConfig, PolicyLossConfig, RolloutCorrectionConfig
+from verl.config.base import ConfigError
 from verl.protocol import DataProto
-from verl.trainer.config.actor import ActorConfig
-from verl.trainer.config.algorithm import AlgorithmConfig, PolicyLossConfig, RolloutCorrectionConfig
-from verl.trainer.config.base import ConfigError
-from verl.trainer.ppo.actor_loss import compute_actor_loss
-from verl.trainer.ppo.advantages import compute_advantage
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 OLD = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
@@ -124,7 +124,7 @@ def test_invalid_settings_name_the_key(settings, key):
 
 
 def test_bypass_mode_loss_reads_its_settings_from_the_policy_loss_config():
-    from verl.trainer.ppo.policy_losses import get_policy_loss_fn
+    from verl.algorithms.policy_losses import get_policy_loss_fn
 
     config = SimpleNamespace(policy_loss=SimpleNamespace())
     with pytest.raises(ValueError, match="rollout_correction"):

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from verl.algorithms.actor_loss import compute_actor_loss
+from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY
+from verl.config.actor import ActorConfig
+from verl.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig
 from verl.protocol import DataProto
-from verl.trainer.config.actor import ActorConfig
-from verl.trainer.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig
-from verl.trainer.ppo.actor_loss import compute_actor_loss
-from verl.trainer.ppo.advantages import compute_advantage
-from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY
 
 # two responses: model tokens, a tool turn (0s), model tokens again, then padding
 MASK = torch.tensor([[1, 1, 0, 0, 0, 1, 1, 0], [1, 0, 0, 1, 1, 1, 0, 0]], dtype=torch.float32)

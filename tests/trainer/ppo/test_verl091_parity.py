@@ -16,14 +16,14 @@ import torch
 from torch.testing import assert_close
 
 from tests.trainer.ppo.verl_reference import cases
-from verl.trainer.config.actor import ActorConfig
-from verl.trainer.config.algorithm import AlgorithmConfig, PolicyLossConfig, RolloutCorrectionConfig
-from verl.trainer.ppo.advantages import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn
+from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn
+from verl.algorithms.kl import kl_penalty
+from verl.algorithms.loss_agg import LOSS_AGG_MODES
+from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn
+from verl.algorithms.rollout_correction import compute_rollout_correction_and_rejection_mask
+from verl.config.actor import ActorConfig
+from verl.config.algorithm import AlgorithmConfig, PolicyLossConfig, RolloutCorrectionConfig
 from verl.trainer.ppo.core_algos import agg_loss, compute_value_loss
-from verl.trainer.ppo.kl import kl_penalty
-from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES
-from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn
-from verl.trainer.ppo.rollout_correction import compute_rollout_correction_and_rejection_mask
 
 RECORDED = Path(__file__).parent / "verl_reference" / "verl091_outputs.pt"
 TOL = {"rtol": 1e-6, "atol": 1e-6}

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.data import DataConfig
+from verl.config.base import ConfigError
+from verl.config.data import DataConfig
 
 
 def test_defaults_match_verl():
@@ -53,7 +53,7 @@ def test_every_field_has_a_doc_string():
     import ast
     import inspect
 
-    from verl.trainer.config import data
+    from verl.config import data
 
     tree = ast.parse(inspect.getsource(data))
     for node in [n for n in tree.body if isinstance(n, ast.ClassDef)]:

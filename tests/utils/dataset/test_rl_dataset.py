@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tests.utils.dataset.char_tokenizer import CHAT_TEMPLATE, make_char_tokenizer
+from verl.config.data import DataConfig
 from verl.protocol import DataProto
-from verl.trainer.config.data import DataConfig
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn, create_rl_dataset, truncate_ids
 from verl.utils.dataset.schema import DatasetError, make_row
 

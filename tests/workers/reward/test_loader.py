@@ -6,9 +6,9 @@ from omegaconf import OmegaConf
 from tests.utils.dataset.char_tokenizer import make_char_tokenizer
 from tests.workers.reward import scorers
 from tests.workers.reward.helpers import make_batch
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.data import DataConfig
-from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl.config.base import ConfigError
+from verl.config.data import DataConfig
+from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.utils.reward_score.scorer_process import ScorerLoadError
 from verl.workers.reward import (
     BatchRewardManager,

@@ -4,7 +4,7 @@ import torch
 from tests.utils.dataset.char_tokenizer import make_char_tokenizer
 from tests.workers.reward import scorers
 from tests.workers.reward.helpers import make_batch
-from verl.trainer.config.reward import OverlongBufferConfig
+from verl.config.reward import OverlongBufferConfig
 from verl.utils.reward_score import UnknownDataSourceError
 from verl.utils.reward_score.scorer_process import ScorerSpec
 from verl.workers.reward import (
@@ -138,7 +138,7 @@ def test_dapo_without_buffer_is_naive(tok):
 
 
 def test_dapo_rejects_a_buffer_longer_than_the_response(tok):
-    from verl.trainer.config.base import ConfigError
+    from verl.config.base import ConfigError
 
     with pytest.raises(ConfigError, match=r"reward_model.overlong_buffer.len"):
         DAPORewardManager(tok, max_resp_len=8, overlong_buffer_cfg=OverlongBufferConfig(enable=True, len=9))

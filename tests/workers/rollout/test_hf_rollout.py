@@ -6,9 +6,9 @@ import math
 
 import torch
 
+from verl.config.engine import FSDPConfig
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.engine import FSDPConfig
-from verl.trainer.config.ppo_trainer import load_config
 from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import split_micro_batches

@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 if os.environ.get("VERL_REQUIRE_VLLM") == "1":  # make test: a missing engine is a failure, not a skip

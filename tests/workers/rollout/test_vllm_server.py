@@ -25,7 +25,7 @@ class VLLMServerHost:
     def __init__(self, model_path: str) -> None:
         import torch
 
-        from verl.trainer.config.ppo_trainer import load_config
+        from verl.config.ppo_trainer import load_config
         from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
         from verl.workers.rollout.server import RolloutServer
         from verl.workers.rollout.vllm_engine import VLLMStepEngine

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo import builders
-from verl.trainer.ppo.prompts import pop_prompts
+from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
 from verl.trainer.ppo.validation import Validator
 
@@ -122,8 +122,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
             yield in_flight.popleft()
 
     def _submit_generation(self, step: int, batch: DataProto) -> InFlight:
-        batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(batch))], dtype=object)
-        batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
+        batch = repeat_prompts(batch, str(step), self.config.actor_rollout_ref.rollout.n)
         prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
         prompts.meta_info.update(global_steps=step, do_sample=True, sampling_seed=step)
         if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
@@ -139,9 +138,8 @@ class AsyncPPOTrainer(RayPPOTrainer):
         score them, and check how stale they are."""
         with timed("gen", timing):
             output = pending.future.get()
-        metrics.update(output.meta_info.pop("metrics", {}))
         batch = pending.batch
-        batch.union(output)
+        metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         self._consumed_loader_state = pending.loader_state
         with timed("reward", timing):

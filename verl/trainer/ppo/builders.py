@@ -16,8 +16,8 @@ from typing import Any
 import ray
 import torch
 
+from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.utils import builtin
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 

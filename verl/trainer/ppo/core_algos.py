@@ -1,23 +1,22 @@
-"""The algorithm math of PPO-style training, as pure functions (the module verl users import).
+"""verl's ``core_algos`` import path: the algorithm math, re-exported from :mod:`verl.algorithms`.
 
-The parts live in small modules, re-exported here:
+verl users and recipes import estimators, losses and registries from here
+(``register_adv_est``, ``register_policy_loss``, ``agg_loss``, ...). The math itself lives in
+:mod:`verl.algorithms`, which the trainer and the workers both import:
 
-* :mod:`verl.trainer.ppo.advantages`: advantage estimators and ``compute_advantage``
-* :mod:`verl.trainer.ppo.policy_losses`: policy losses (``loss_mode``)
-* :mod:`verl.trainer.ppo.kl`: KL estimators, KL controllers, the in-reward KL penalty
-* :mod:`verl.trainer.ppo.loss_agg`: ``agg_loss``
-* :mod:`verl.trainer.ppo.rollout_correction`: rollout importance weights and rejection
+* :mod:`verl.algorithms.advantages`: advantage estimators and ``compute_advantage``
+* :mod:`verl.algorithms.policy_losses`: policy losses (``loss_mode``)
+* :mod:`verl.algorithms.kl`: KL estimators, KL controllers, the in-reward KL penalty
+* :mod:`verl.algorithms.loss_agg`: ``agg_loss`` and the entropy loss
+* :mod:`verl.algorithms.value_loss`: the clipped value loss
+* :mod:`verl.algorithms.rollout_correction`: rollout importance weights and rejection
 
 ``tests/trainer/ppo/test_verl091_parity.py`` checks them against verl 0.9.1's ``core_algos.py``.
-
-This module adds the value loss and the entropy loss.
 """
 
 from __future__ import annotations
 
-import torch
-
-from verl.trainer.ppo.advantages import (
+from verl.algorithms.advantages import (
     ADV_ESTIMATOR_REGISTRY,
     compute_advantage,
     compute_gae_advantage_return,
@@ -38,7 +37,7 @@ from verl.trainer.ppo.advantages import (
     get_adv_estimator_fn,
     register_adv_est,
 )
-from verl.trainer.ppo.kl import (
+from verl.algorithms.kl import (
     KL_PENALTY_TYPES,
     AdaptiveKLController,
     FixedKLController,
@@ -46,8 +45,8 @@ from verl.trainer.ppo.kl import (
     get_kl_controller,
     kl_penalty,
 )
-from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES, agg_loss
-from verl.trainer.ppo.policy_losses import (
+from verl.algorithms.loss_agg import LOSS_AGG_MODES, agg_loss, compute_entropy_loss
+from verl.algorithms.policy_losses import (
     POLICY_LOSS_REGISTRY,
     compute_policy_loss_bypass_mode,
     compute_policy_loss_cispo,
@@ -65,8 +64,8 @@ from verl.trainer.ppo.policy_losses import (
     get_policy_loss_fn,
     register_policy_loss,
 )
-from verl.trainer.ppo.rollout_correction import compute_rollout_correction_and_rejection_mask
-from verl.utils.torch_functional import clip_by_value, entropy_from_logits, masked_mean
+from verl.algorithms.rollout_correction import compute_rollout_correction_and_rejection_mask
+from verl.algorithms.value_loss import compute_value_loss
 
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
@@ -116,49 +115,3 @@ __all__ = [
     "register_adv_est",
     "register_policy_loss",
 ]
-
-
-def compute_value_loss(
-    vpreds: torch.Tensor,
-    returns: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    cliprange_value: float,
-    loss_agg_mode: str = "token-mean",
-    dp_size: int = 1,
-    batch_num_tokens: int | torch.Tensor | None = None,
-    global_batch_size: int | torch.Tensor | None = None,
-    loss_scale_factor: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss of PPO (as in TRL and verl).
-
-    ``v_clip = clip(vpreds, values - c, values + c)``;
-    ``vf_loss = 0.5 * agg(max((vpreds - R)^2, (v_clip - R)^2))``;
-    ``vf_clipfrac`` = fraction of valid tokens where the clipped term is larger. The last four
-    arguments are ``agg_loss``'s global-batch normalisation.
-
-    Returns:
-        ``(vf_loss, vf_clipfrac)``, both scalar tensors.
-    """
-    vpred_clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
-    vf_losses1 = (vpreds - returns) ** 2
-    vf_losses2 = (vpred_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(
-        torch.max(vf_losses1, vf_losses2),
-        response_mask,
-        loss_agg_mode,
-        dp_size=dp_size,
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
-        loss_scale_factor=loss_scale_factor,
-    )
-    vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).float(), response_mask)
-    return vf_loss, vf_clipfrac
-
-
-def compute_entropy_loss(
-    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
-) -> torch.Tensor:
-    """Aggregated entropy of ``softmax(logits)`` ([B, R, V]) over valid tokens (an entropy *bonus*:
-    callers subtract ``entropy_coeff`` times it from the loss)."""
-    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode)

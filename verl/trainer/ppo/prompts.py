@@ -1,10 +1,24 @@
-"""The prompts a generation call gets, taken out of a training or validation batch."""
+"""The one way a batch of prompts goes through generation, used by both trainers and validation.
+
+``repeat_prompts`` (uids, ``n`` samples per prompt) -> ``pop_prompts`` (what the rollout gets)
+-> the rollout client's ``generate_sequences`` -> ``attach_responses`` (responses back into the
+batch, the rollout's metrics out).
+"""
 
 from __future__ import annotations
+
+import numpy as np
 
 from verl.protocol import DataProto
 
 PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+def repeat_prompts(batch: DataProto, uid_prefix: str, n: int) -> DataProto:
+    """Give each prompt the uid ``<uid_prefix>-<row>`` (deterministic, so a resumed or replayed
+    step groups its samples the same way) and repeat it ``n`` times, a group's rows side by side."""
+    batch.non_tensor_batch["uid"] = np.array([f"{uid_prefix}-{i}" for i in range(len(batch))], dtype=object)
+    return batch.repeat(n, interleave=True)
 
 
 def pop_prompts(batch: DataProto, row_columns: bool) -> DataProto:
@@ -16,3 +30,10 @@ def pop_prompts(batch: DataProto, row_columns: bool) -> DataProto:
     if row_columns:
         prompts.non_tensor_batch = dict(batch.non_tensor_batch)
     return prompts
+
+
+def attach_responses(batch: DataProto, output: DataProto) -> dict[str, float]:
+    """Put the generated sequences back into ``batch`` (in place) and return the rollout's metrics."""
+    metrics = output.meta_info.pop("metrics", {})
+    batch.union(output)
+    return metrics

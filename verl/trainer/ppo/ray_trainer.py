@@ -27,18 +27,18 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
+from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.single_controller import WorkerGroupError
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo import builders, checkpoint, generation_dump
-from verl.trainer.ppo.advantages import compute_advantage
-from verl.trainer.ppo.kl import apply_kl_penalty, get_kl_controller
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
 )
-from verl.trainer.ppo.prompts import PROMPT_KEYS, pop_prompts
+from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.validation import Validator
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
@@ -228,9 +228,7 @@ class RayPPOTrainer:
 
     def _repeat_prompts(self, batch: DataProto) -> DataProto:
         """Give each prompt a uid (deterministic: step and row) and repeat it rollout.n times."""
-        uids = [f"{self.global_steps}-{i}" for i in range(len(batch))]
-        batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
-        return batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
+        return repeat_prompts(batch, str(self.global_steps), self.config.actor_rollout_ref.rollout.n)
 
     def _generate(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
         prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
@@ -238,9 +236,7 @@ class RayPPOTrainer:
         # however it was reached (a resume, or an async batch regenerated after one)
         seed = batch.meta_info.pop("sampling_seed", self.global_steps)
         prompts.meta_info.update(global_steps=self.global_steps, do_sample=True, sampling_seed=seed)
-        output = self.rollout_client.generate_sequences(prompts)
-        metrics.update(output.meta_info.pop("metrics", {}))
-        batch.union(output)
+        metrics.update(attach_responses(batch, self.rollout_client.generate_sequences(prompts)))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         return batch
 

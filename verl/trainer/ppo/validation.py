@@ -9,12 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
-
+from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.ppo.generation_dump import ground_truths, write_generations
-from verl.trainer.ppo.prompts import pop_prompts
+from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.val_metrics import flatten_validation_metrics, process_validation_metrics
 from verl.utils.tracking import select_generations
 
@@ -62,15 +60,10 @@ class Validator:
         gts: list[Any] = []
         for batch_index, batch_dict in enumerate(self.loader):
             batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array(
-                [f"val-{batch_index}-{i}" for i in range(len(batch))], dtype=object
-            )
-            batch = batch.repeat(val_kwargs.n, interleave=True)
+            batch = repeat_prompts(batch, f"val-{batch_index}", val_kwargs.n)
             prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
             prompts.meta_info.update(validate=True, do_sample=val_kwargs.do_sample, global_steps=step)
-            output = self.wg.generate_sequences(prompts)
-            output.meta_info.pop("metrics", None)
-            batch.union(output)
+            attach_responses(batch, self.wg.generate_sequences(prompts))
             result = self.reward_fn(batch, return_dict=True)
             scores = result["reward_tensor"].sum(-1).tolist()
             infos["reward"].extend(scores)

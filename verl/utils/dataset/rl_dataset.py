@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.config.data import DataConfig
+from verl.config.data import DataConfig
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
 
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from verl.trainer.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
+from verl.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
 from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer

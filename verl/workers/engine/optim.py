@@ -7,7 +7,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from verl.trainer.config.engine import OptimConfig
+from verl.config.engine import OptimConfig
 
 
 def build_optimizer(params, config: OptimConfig) -> torch.optim.AdamW:

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.reward import OverlongBufferConfig
+from verl.config.base import ConfigError
+from verl.config.reward import OverlongBufferConfig
 from verl.workers.reward.naive import NaiveRewardManager
 from verl.workers.reward.registry import register_reward_manager
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from verl.trainer.config.base import ConfigError
+from verl.config.base import ConfigError
 
 __all__ = ["get_reward_manager_cls", "register_reward_manager", "registered_reward_managers"]
 

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from verl.trainer.config.rollout import RolloutConfig
+from verl.config.rollout import RolloutConfig
 from verl.utils.model import eos_token_ids, load_causal_lm
 from verl.workers.rollout.base import Rollout, WeightSyncError, verify_weight_sync
 

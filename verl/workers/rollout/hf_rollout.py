@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.trainer.config.rollout import RolloutConfig
 from verl.workers.engine.micro_batch import split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs, whole_sequence_batch
 from verl.workers.rollout.base import Rollout, response_tensors

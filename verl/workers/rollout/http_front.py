@@ -28,7 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl.trainer.config.rollout import RolloutConfig
+from verl.config.rollout import RolloutConfig
 from verl.workers.rollout.sampling import SamplingParams
 from verl.workers.rollout.server import Completion, GenerationRequest, RolloutServer
 

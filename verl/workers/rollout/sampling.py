@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.trainer.config.rollout import RolloutConfig
+from verl.config.rollout import RolloutConfig
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.trainer.config.rollout import RolloutConfig
 from verl.workers.rollout.base import response_tensors
 
 MAX_CONCURRENCY = 256  # requests in flight from one client (threads, each waiting on one HTTP call)

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.trainer.config.rollout import RolloutConfig
 from verl.workers.rollout.base import Rollout, response_tensors
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 

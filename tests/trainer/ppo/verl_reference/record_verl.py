@@ -39,7 +39,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 import verl  # noqa: E402
-from verl.trainer.config.algorithm import AlgoConfig, RolloutCorrectionConfig  # noqa: E402
+from verl.config.algorithm import AlgoConfig, RolloutCorrectionConfig  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
 OUTPUT = HERE / "verl091_outputs.pt"

@@ -11,7 +11,7 @@ Every registered loss has the signature::
 correct for the rollout engine being a different (or older) policy than ``old_log_prob``'s;
 every loss multiplies its per-token loss by them. The losses aggregate with
 ``agg_loss(..., **config.global_batch_info)`` (global-batch normalisation, see
-:mod:`verl.trainer.ppo.loss_agg`) when the actor sets that attribute.
+:mod:`verl.algorithms.loss_agg`) when the actor sets that attribute.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.loss_agg import agg_loss, global_batch_info
+from verl.algorithms.loss_agg import agg_loss, global_batch_info
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}

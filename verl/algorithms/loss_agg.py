@@ -1,7 +1,6 @@
 """How a [B, R] matrix of per-token losses becomes one scalar (``loss_agg_mode``).
 
-Kept apart from :mod:`verl.trainer.ppo.core_algos` (which re-exports it) so the policy
-losses can use it without an import cycle.
+Also the entropy loss, an aggregation of per-token entropies.
 
 Global-batch normalisation (as verl 0.9.1): a mini-batch is split into micro-batches
 (gradient accumulation) and over ``dp_size`` data-parallel ranks. Each micro-batch's loss
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.torch_functional import masked_sum
+from verl.utils.torch_functional import entropy_from_logits, masked_sum
 
 LOSS_AGG_MODES = (
     "token-mean",
@@ -88,3 +87,11 @@ def global_batch_info(config: Any) -> dict[str, Any]:
     """The ``agg_loss`` keyword arguments a loss should use: ``config.global_batch_info``
     (verl's attribute, set per micro-batch by the actor) or none."""
     return dict(getattr(config, "global_batch_info", None) or {})
+
+
+def compute_entropy_loss(
+    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
+) -> torch.Tensor:
+    """Aggregated entropy of ``softmax(logits)`` ([B, R, V]) over valid tokens (an entropy *bonus*:
+    callers subtract ``entropy_coeff`` times it from the loss)."""
+    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode)

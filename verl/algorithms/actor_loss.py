@@ -3,7 +3,7 @@
 Global-batch normalisation: :func:`verl.workers.ppo_update.run_ppo_updates` puts the counts of
 the whole mini-batch on all ranks into every micro-batch (``dp_size``, ``batch_num_tokens``,
 ``global_batch_size``); the losses are then normalised by them (see
-:mod:`verl.trainer.ppo.loss_agg`), so the summed gradient is that of the mini-batch loss
+:mod:`verl.algorithms.loss_agg`), so the summed gradient is that of the mini-batch loss
 whatever the micro-batch size. The engine scales each micro-batch's loss and metrics by its
 share of the mini-batch's rows, ``rows * dp_size / global_batch_size``; the returned loss is
 divided by that share, so ``share * loss`` is exactly the micro-batch's part of the mini-batch
@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.core_algos import agg_loss, compute_value_loss
-from verl.trainer.ppo.kl import kl_penalty
-from verl.trainer.ppo.policy_losses import get_policy_loss_fn
-from verl.trainer.ppo.rollout_correction import rollout_is_weights
+from verl.algorithms.kl import kl_penalty
+from verl.algorithms.loss_agg import agg_loss
+from verl.algorithms.policy_losses import get_policy_loss_fn
+from verl.algorithms.rollout_correction import rollout_is_weights
+from verl.algorithms.value_loss import compute_value_loss
 from verl.utils.torch_functional import masked_mean
 
 GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import check, check_choice
+from verl.config.base import check, check_choice
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 LR_SCHEDULER_TYPES = ("constant", "cosine")

@@ -8,7 +8,7 @@ DAPO recipe's ``reward_model.overlong_buffer``). One section is this project's o
 Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``). A
 reward-model worker is not implemented yet: ``reward_model.enable=True`` is refused at start-up,
 and the keys that only configure that worker (``model.*``, ``rollout.*``, micro-batch sizes, ...)
-are accepted from verl scripts and listed as inert (see ``verl.trainer.config.compat``).
+are accepted from verl scripts and listed as inert (see ``verl.config.compat``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import check
-from verl.trainer.config.engine import FSDPConfig
-from verl.trainer.config.genrm import GenRMRolloutConfig
+from verl.config.base import check
+from verl.config.engine import FSDPConfig
+from verl.config.genrm import GenRMRolloutConfig
 
 __all__ = [
     "CustomRewardFunctionConfig",

@@ -1,7 +1,7 @@
 """The command line of the Hydra entry points (``main_ppo``, recipes), before Hydra sees it.
 
 * ``+key=value`` for a key the schema has becomes ``key=value`` (verl scripts add keys with ``+``
-  that verl's YAML lacks; see :func:`verl.trainer.config.compat.normalize_overrides`).
+  that verl's YAML lacks; see :func:`verl.config.compat.normalize_overrides`).
 * ``--cfg job`` (print the config and exit) would skip validation inside Hydra; here the config is
   composed and validated first, so a bad value fails the same way with and without ``--cfg``.
 """
@@ -12,9 +12,9 @@ import os
 import sys
 from collections.abc import Callable
 
-from verl.trainer.config.base import ConfigError
-from verl.trainer.config.compat import normalize_overrides
-from verl.trainer.config.ppo_trainer import PPOTrainerConfig, load_config
+from verl.config.base import ConfigError
+from verl.config.compat import normalize_overrides
+from verl.config.ppo_trainer import PPOTrainerConfig, load_config
 
 
 def prepare_argv(

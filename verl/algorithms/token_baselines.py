@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo.adv_registry import groups, register_adv_est, require
+from verl.algorithms.adv_registry import groups, register_adv_est, require
 
 OTB_EPS = 1e-8
 """Added to the summed path weights before dividing."""

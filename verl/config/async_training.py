@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl.trainer.config.base import check, check_choice
+from verl.config.base import check, check_choice
 
 WEIGHT_TRANSPORTS = ("object_store", "filesystem")
 

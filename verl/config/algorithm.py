@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import ConfigError, check, check_choice
+from verl.config.base import ConfigError, check, check_choice
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
@@ -95,7 +95,7 @@ class RolloutCorrectionConfig:
     """Loss of bypass mode: ppo_clip (PPO against pi_rollout) | reinforce (needs the actor-side wiring: refused)."""
 
     def validate(self, path: str) -> None:
-        from verl.trainer.ppo.rollout_correction import (
+        from verl.algorithms.rollout_correction import (
             parse_is_threshold,
             parse_rs_options,
             parse_rs_thresholds,
@@ -166,8 +166,8 @@ class AlgorithmConfig:
 
     def validate(self, path: str) -> None:
         # Imported here: the registries import this module for type hints.
-        from verl.trainer.ppo.advantages import ADV_ESTIMATOR_REGISTRY
-        from verl.trainer.ppo.kl import KL_PENALTY_TYPES
+        from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY
+        from verl.algorithms.kl import KL_PENALTY_TYPES
 
         check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", "a number in [0, 1]", self.gamma)
         check(0.0 <= self.lam <= 1.0, f"{path}.lam", "a number in [0, 1]", self.lam)
@@ -222,7 +222,7 @@ class PolicyLossConfig:
     """dro: weight of the quadratic log-ratio penalty beta / 2 * (log pi - log pi_old)^2 (required for dro)."""
 
     def validate(self, path: str) -> None:
-        from verl.trainer.ppo.policy_losses import POLICY_LOSS_REGISTRY
+        from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY
 
         check_choice(self.loss_mode, POLICY_LOSS_REGISTRY, f"{path}.loss_mode")
         check(self.clip_cov_ratio > 0, f"{path}.clip_cov_ratio", "a positive number", self.clip_cov_ratio)

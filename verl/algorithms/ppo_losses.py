@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.loss_agg import global_batch_info
-from verl.trainer.ppo.policy_loss_base import (
+from verl.algorithms.loss_agg import global_batch_info
+from verl.algorithms.policy_loss_base import (
     aggregate,
     clamped_log_ratio,
     clip_range,

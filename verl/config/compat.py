@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.trainer.config.base import ConfigError, check
+from verl.config.base import ConfigError, check
 
 __all__ = [
     "CONVERTED_KEYS",

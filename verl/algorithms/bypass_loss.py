@@ -3,7 +3,7 @@
 In bypass mode ``old_log_prob`` *is* ``log pi_rollout``: two policies instead of three. The
 rollout-correction settings (``policy_loss.rollout_correction``: ``loss_type``,
 ``rollout_is``, ``rollout_is_threshold``, ``rollout_is_batch_normalize``, ``rollout_rs``,
-``rollout_rs_threshold``; see :mod:`verl.trainer.ppo.rollout_correction`) are applied to
+``rollout_rs_threshold``; see :mod:`verl.algorithms.rollout_correction`) are applied to
 ``log_rho = log pi - log pi_rollout`` of the *current* policy, without gradient:
 
 * ``loss_type=ppo_clip``: the rejection mask, then the vanilla PPO loss against
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.policy_loss_base import aggregate, pg_metrics, register_policy_loss
-from verl.trainer.ppo.ppo_losses import compute_policy_loss_vanilla
-from verl.trainer.ppo.rollout_correction import compute_rollout_correction_and_rejection_mask
+from verl.algorithms.policy_loss_base import aggregate, pg_metrics, register_policy_loss
+from verl.algorithms.ppo_losses import compute_policy_loss_vanilla
+from verl.algorithms.rollout_correction import compute_rollout_correction_and_rejection_mask
 from verl.utils.torch_functional import masked_mean
 
 BYPASS_LOSS_TYPES = ("ppo_clip", "reinforce")

@@ -7,9 +7,9 @@ from typing import Any
 
 from omegaconf import II
 
-from verl.trainer.config.actor import LOSS_AGG_MODES
-from verl.trainer.config.base import check, check_choice
-from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.actor import LOSS_AGG_MODES
+from verl.config.base import check, check_choice
+from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 
 
 def _critic_optim() -> OptimConfig:

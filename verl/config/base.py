@@ -1,8 +1,7 @@
 """Conventions shared by every config dataclass (the one schema).
 
 Each config section is a plain ``@dataclass``. Every field has a default and a one-line
-doc string written directly under it (read by :mod:`verl.trainer.config.docs` and
-checked by a test). Cross-field rules live in a ``validate(self, path)`` method that
+doc string written directly under it (checked by a test). Cross-field rules live in a ``validate(self, path)`` method that
 raises :class:`ConfigError` through :func:`check`, naming the full key.
 """
 

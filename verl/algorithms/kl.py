@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.trainer.config.base import ConfigError
 from verl.utils.torch_functional import masked_mean
 
 if TYPE_CHECKING:
+    from verl.config.algorithm import KLControlConfig
     from verl.protocol import DataProto
-    from verl.trainer.config.algorithm import KLControlConfig
 
 _BASE_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 KL_PENALTY_TYPES: tuple[str, ...] = _BASE_TYPES + tuple(f"{name}+" for name in _BASE_TYPES)
@@ -115,16 +114,12 @@ class AdaptiveKLController:
 
 
 def get_kl_controller(kl_ctrl: KLControlConfig) -> FixedKLController | AdaptiveKLController:
-    """Build the controller named by ``algorithm.kl_ctrl.type``."""
-    if kl_ctrl.type == "fixed":
-        return FixedKLController(kl_coef=kl_ctrl.kl_coef)
+    """Build the controller named by ``algorithm.kl_ctrl.type`` (the config's own checks run first,
+    so a bad value raises ``ConfigError`` naming the key)."""
+    kl_ctrl.validate("algorithm.kl_ctrl")
     if kl_ctrl.type == "adaptive":
-        if kl_ctrl.horizon <= 0:
-            raise ConfigError(
-                f"algorithm.kl_ctrl.horizon: expected a positive integer, got {kl_ctrl.horizon!r}"
-            )
         return AdaptiveKLController(kl_ctrl.kl_coef, kl_ctrl.target_kl, kl_ctrl.horizon)
-    raise ConfigError(f"algorithm.kl_ctrl.type: expected one of ['adaptive', 'fixed'], got {kl_ctrl.type!r}")
+    return FixedKLController(kl_coef=kl_ctrl.kl_coef)
 
 
 def apply_kl_penalty(

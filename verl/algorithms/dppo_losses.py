@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.policy_loss_base import (
+from verl.algorithms.policy_loss_base import (
     aggregate,
     clamped_log_ratio,
     clip_range,

@@ -3,12 +3,12 @@
 Importing this module registers every built-in estimator (verl 0.9.1's set):
 
 * here: ``gae``, ``reinforce_plus_plus``, ``remax`` (per-token returns)
-* :mod:`~verl.trainer.ppo.group_advantages`: ``grpo``, ``grpo_vectorized``, ``gdpo``,
+* :mod:`~verl.algorithms.group_advantages`: ``grpo``, ``grpo_vectorized``, ``gdpo``,
   ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``rloo_vectorized``, ``opo``, ``gpg``
-* :mod:`~verl.trainer.ppo.token_baselines`: ``optimal_token_baseline``,
+* :mod:`~verl.algorithms.token_baselines`: ``optimal_token_baseline``,
   ``tir_optimal_token_baseline``
 
-The calling convention and the registry are in :mod:`~verl.trainer.ppo.adv_registry`.
+The calling convention and the registry are in :mod:`~verl.algorithms.adv_registry`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl.trainer.ppo.adv_registry import (
+from verl.algorithms.adv_registry import (
     ADV_ESTIMATOR_REGISTRY,
     GROUP_STD_EPS,
     AdvEstimatorFn,
@@ -25,7 +25,7 @@ from verl.trainer.ppo.adv_registry import (
     register_adv_est,
     require,
 )
-from verl.trainer.ppo.group_advantages import (
+from verl.algorithms.group_advantages import (
     compute_gdpo_outcome_advantage,
     compute_gpg_outcome_advantage,
     compute_grpo_outcome_advantage,
@@ -36,16 +36,16 @@ from verl.trainer.ppo.group_advantages import (
     compute_rloo_outcome_advantage,
     compute_rloo_vectorized_outcome_advantage,
 )
-from verl.trainer.ppo.rollout_correction import apply_rollout_correction
-from verl.trainer.ppo.token_baselines import (
+from verl.algorithms.rollout_correction import apply_rollout_correction
+from verl.algorithms.token_baselines import (
     compute_multi_turn_optimal_token_baseline_advantage,
     compute_optimal_token_baseline_advantage,
 )
 from verl.utils.torch_functional import masked_whiten
 
 if TYPE_CHECKING:
+    from verl.config.algorithm import AlgorithmConfig
     from verl.protocol import DataProto
-    from verl.trainer.config.algorithm import AlgorithmConfig
 
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",

@@ -1,6 +1,6 @@
 """The root of the one config schema, its Hydra registration, loading and validation.
 
-The schema is the dataclasses below; ``ppo_trainer.yaml`` (next to this file) is the
+The schema is the dataclasses below; ``verl/trainer/config/ppo_trainer.yaml`` (verl's location) is the
 embedded-default preset on top of it. Hydra runs in struct mode, so an override of a key
 the schema does not know fails with an error that names the key.
 """
@@ -15,25 +15,26 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.actor import ActorRolloutRefConfig
-from verl.trainer.config.algorithm import AlgorithmConfig
-from verl.trainer.config.async_training import AsyncTrainingConfig
-from verl.trainer.config.base import ConfigError, check
-from verl.trainer.config.compat import (
+from verl.config.actor import ActorRolloutRefConfig
+from verl.config.algorithm import AlgorithmConfig
+from verl.config.async_training import AsyncTrainingConfig
+from verl.config.base import ConfigError, check
+from verl.config.compat import (
     check_known_keys,
     convert_verl_keys,
     normalize_overrides,
     refuse_unsupported,
 )
-from verl.trainer.config.critic import CriticConfig
-from verl.trainer.config.data import DataConfig
-from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
-from verl.trainer.config.reward_verl import RewardConfig
-from verl.trainer.config.trainer import RayInitConfig, TrainerConfig
+from verl.config.critic import CriticConfig
+from verl.config.data import DataConfig
+from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl.config.reward_verl import RewardConfig
+from verl.config.trainer import RayInitConfig, TrainerConfig
 
 logger = logging.getLogger(__name__)
 
-CONFIG_DIR = str(Path(__file__).parent)
+CONFIG_DIR = str(Path(__file__).parent.parent / "trainer" / "config")
+"""Where the presets (``ppo_trainer.yaml``, ...) live: verl's ``pkg://verl.trainer.config``."""
 SCHEMA_NAME = "ppo_trainer_schema"
 
 

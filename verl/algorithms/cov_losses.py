@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.policy_loss_base import aggregate, clip_range, pg_metrics, register_policy_loss
+from verl.algorithms.policy_loss_base import aggregate, clip_range, pg_metrics, register_policy_loss
 from verl.utils.torch_functional import masked_mean
 
 

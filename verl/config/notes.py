@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from verl.trainer.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
-from verl.trainer.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
+from verl.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
+from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
 from verl.utils.builtin import is_builtin_model
 
 logger = logging.getLogger(__name__)

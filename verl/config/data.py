@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import check, check_choice
+from verl.config.base import check, check_choice
 
 __all__ = ["CustomDatasetClassConfig", "DataConfig"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo.adv_registry import (
+from verl.algorithms.adv_registry import (
     GROUP_STD_EPS,
     group_ids,
     group_mean_std,
@@ -23,7 +23,7 @@ from verl.trainer.ppo.adv_registry import (
 from verl.utils.torch_functional import masked_whiten
 
 if TYPE_CHECKING:
-    from verl.trainer.config.algorithm import AlgorithmConfig
+    from verl.config.algorithm import AlgorithmConfig
 
 
 def grpo_scalars(scores: torch.Tensor, index: np.ndarray | None, normalize: bool, name: str) -> torch.Tensor:

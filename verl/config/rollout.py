@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import II
 
-from verl.trainer.config.base import check, check_choice
+from verl.config.base import check, check_choice
 
 ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
 

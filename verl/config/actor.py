@@ -8,11 +8,11 @@ from typing import Any
 
 from omegaconf import II
 
-from verl.trainer.config.algorithm import PolicyLossConfig
-from verl.trainer.config.base import ConfigError, check, check_choice
-from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
-from verl.trainer.config.rollout import RolloutConfig
-from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES
+from verl.algorithms.loss_agg import LOSS_AGG_MODES
+from verl.config.algorithm import PolicyLossConfig
+from verl.config.base import ConfigError, check, check_choice
+from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.rollout import RolloutConfig
 from verl.utils.builtin import BUILTIN_MODEL_PATH
 
 
@@ -154,7 +154,7 @@ class ActorConfig:
         check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
         check(self.tau_pos > 0, f"{path}.tau_pos", "a positive number", self.tau_pos)
         check(self.tau_neg > 0, f"{path}.tau_neg", "a positive number", self.tau_neg)
-        from verl.trainer.ppo.kl import KL_PENALTY_TYPES
+        from verl.algorithms.kl import KL_PENALTY_TYPES
 
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         check(self.ppo_epochs >= 1, f"{path}.ppo_epochs", "at least 1", self.ppo_epochs)

@@ -3,7 +3,7 @@
 verl 0.9 moved ``reward_model.reward_manager``, ``custom_reward_function.*`` and friends under one
 ``reward`` block (its ``migrate_legacy_reward_impl`` maps the old keys onto the new ones). This
 project reads the older keys, so at start-up every ``reward.*`` key that is set is copied onto the
-key this project reads (:func:`verl.trainer.config.compat.convert_verl_keys`); the note in the log
+key this project reads (:func:`verl.config.compat.convert_verl_keys`); the note in the log
 says which. Setting both spellings to different values is an error that names both.
 
 * ``reward.num_workers`` -> ``reward_model.scoring.num_workers``
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.genrm import GenRMRolloutConfig
-from verl.trainer.config.reward import SandboxFusionConfig
+from verl.config.genrm import GenRMRolloutConfig
+from verl.config.reward import SandboxFusionConfig
 
 __all__ = ["RewardConfig"]
 
