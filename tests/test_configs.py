@@ -30,10 +30,9 @@ def test_example_script_is_a_valid_config(script, mode):
         assert all(o.split("=")[0].startswith(allowed) for o in overrides)
 
 
-# Registered (verl 0.9.1's set, checked by tests/trainer/ppo/test_verl091_parity.py) but refused by
-# the config here: the optimal-token baselines need sum_pi_squared from the actor, and
-# bypass_mode is chosen through algorithm.rollout_correction.bypass_mode.
-NOT_RUNNABLE = {"optimal_token_baseline", "tir_optimal_token_baseline", "bypass_mode"}
+# Registered (verl 0.9.1's set, checked by tests/trainer/ppo/test_verl091_parity.py) but not a
+# loss_mode a script sets: bypass_mode is chosen through algorithm.rollout_correction.bypass_mode.
+NOT_RUNNABLE = {"bypass_mode"}
 
 
 def test_scripts_cover_every_estimator_and_loss():

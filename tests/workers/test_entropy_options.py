@@ -78,3 +78,24 @@ def test_response_log_probs_gives_entropy_only_when_asked():
     ]
     assert plain.shape == (1, 2)
     torch.testing.assert_close(chunked, plain)
+
+
+def test_sum_pi_squared_is_the_temperature_scaled_distribution_s():
+    """``calculate_sum_pi_squared``: sum_v softmax(logits / T)_v^2 at each response position."""
+    vocab, temperature = 5, 0.7
+    table = torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(1))
+    module = torch.nn.Module()
+    module.forward = lambda input_ids, **_: type("Out", (), {"logits": table[input_ids]})()
+    ids = torch.tensor([[0, 3, 1, 4, 2]])
+    micro = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "position_ids": ids,
+        "responses": ids[:, 2:],
+    }
+    assert "sum_pi_squared" not in response_log_probs(module, micro, temperature)
+    got = response_log_probs(module, micro, temperature, sum_pi_squared=True)["sum_pi_squared"]
+    # the logits at positions 1..3 predict the response tokens at 2..4
+    expected = torch.softmax(table[ids[0, 1:4]] / temperature, dim=-1).pow(2).sum(-1).unsqueeze(0)
+    torch.testing.assert_close(got, expected)
+    assert bool(((got > 1 / vocab - 1e-6) & (got <= 1)).all())  # between uniform and one-hot

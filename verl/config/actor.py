@@ -127,6 +127,8 @@ class ActorConfig:
     """Positions per entropy chunk when entropy_from_logits_with_chunking is on."""
     entropy_checkpointing: bool = False
     """Recompute the entropy's softmax in backward instead of keeping it (less memory with entropy_coeff != 0)."""
+    calculate_sum_pi_squared: bool = False
+    """Also compute sum_v pi(v)^2 per response token in the old-log-prob pass (batch key sum_pi_squared; needed by the optimal-token-baseline estimators)."""
     data_loader_seed: int | None = None
     """Seed of the mini-batch shuffle; null uses data.seed."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

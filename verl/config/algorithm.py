@@ -180,13 +180,6 @@ class AlgorithmConfig:
         self._check_estimator_inputs(path)
 
     def _check_estimator_inputs(self, path: str) -> None:
-        check(
-            self.adv_estimator not in SUM_PI_SQUARED_ESTIMATORS,
-            f"{path}.adv_estimator",
-            "not an optimal-token-baseline estimator (it needs the batch key sum_pi_squared, which the "
-            "actor does not compute yet)",
-            self.adv_estimator,
-        )
         if self.adv_estimator == "gdpo":
             check(
                 bool(self.gdpo_reward_keys), f"{path}.gdpo_reward_keys", "reward column names for gdpo", None

@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ActorRolloutRefConfig
-from verl.config.algorithm import AlgorithmConfig
+from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig
 from verl.config.async_training import AsyncTrainingConfig
 from verl.config.base import ConfigError, check
 from verl.config.compat import (
@@ -89,6 +89,14 @@ class PPOTrainerConfig:
         self._check_agent_loop()
         if self.trainer.mode == "async":
             self._check_async()
+        check(
+            self.algorithm.adv_estimator not in SUM_PI_SQUARED_ESTIMATORS
+            or self.actor_rollout_ref.actor.calculate_sum_pi_squared,
+            "actor_rollout_ref.actor.calculate_sum_pi_squared",
+            f"True with algorithm.adv_estimator={self.algorithm.adv_estimator} (it weighs paths by the "
+            "actor's sum_pi_squared)",
+            self.actor_rollout_ref.actor.calculate_sum_pi_squared,
+        )
         cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
         check(
             cap <= 0 or self.actor_rollout_ref.rollout.calculate_log_probs,

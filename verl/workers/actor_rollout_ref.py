@@ -234,16 +234,20 @@ class ActorRolloutRefWorker(Worker):
         dynamic: bool,
         max_tokens: int,
         entropy: bool,
+        sum_pi_squared: bool = False,
     ):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
         options = self._entropy_options() if entropy else None
-        outs = engine.infer(micro_batches, lambda m, b: response_log_probs(m, b, temperature, options))
+        outs = engine.infer(
+            micro_batches, lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared)
+        )
         return {key: restore_order([o[key] for o in outs], groups) for key in outs[0]}
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """``old_log_probs`` and ``entropys`` of the responses under the current actor."""
+        """``old_log_probs`` and ``entropys`` of the responses under the current actor (and
+        ``sum_pi_squared`` with ``actor.calculate_sum_pi_squared``)."""
         cfg = self.config.rollout
         out = self._log_probs(
             self.actor,
@@ -252,8 +256,10 @@ class ActorRolloutRefWorker(Worker):
             cfg.log_prob_use_dynamic_bsz,
             cfg.log_prob_max_token_len_per_gpu,
             True,
+            self.config.actor.calculate_sum_pi_squared,
         )
-        return DataProto.from_dict({"old_log_probs": out["log_probs"], "entropys": out["entropys"]})
+        out["old_log_probs"] = out.pop("log_probs")
+        return DataProto.from_dict(out)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:

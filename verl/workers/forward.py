@@ -71,12 +71,17 @@ def response_log_probs(
     micro: dict[str, torch.Tensor],
     temperature: float,
     entropy: EntropyOptions | None = None,
+    sum_pi_squared: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """``log_probs`` ``[b, R]`` of the response tokens, and ``entropys`` when ``entropy`` is given."""
+    """``log_probs`` ``[b, R]`` of the response tokens; ``entropys`` when ``entropy`` is given;
+    ``sum_pi_squared`` (``sum_v pi(v)^2`` of each position's distribution, what the optimal token
+    baseline weighs paths by) when asked."""
     logits = response_logits(module, micro, temperature)
     out = {"log_probs": logprobs_from_logits(logits, micro["responses"])}
     if entropy is not None:
         out["entropys"] = response_entropy(logits, entropy)
+    if sum_pi_squared:
+        out["sum_pi_squared"] = torch.softmax(logits, dim=-1).square().sum(-1)
     return out
 
 

@@ -120,6 +120,10 @@ def test_wrong_type_names_the_key():
         ("algorithm.adv_estimator=magic", "algorithm.adv_estimator"),
         ("trainer.device=tpu", "trainer.device"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size"),
+        (
+            "algorithm.adv_estimator=optimal_token_baseline",
+            "actor_rollout_ref.actor.calculate_sum_pi_squared",
+        ),
     ],
 )
 def test_invalid_values_name_the_key(override, key):
