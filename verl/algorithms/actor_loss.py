@@ -112,7 +112,11 @@ def compute_actor_loss(
     loss_config = copy.copy(config)
     loss_config.global_batch_info = info  # verl's attribute, read by every policy loss
 
-    pg_loss, pg_metrics = get_policy_loss_fn(config.policy_loss.loss_mode)(
+    # bypass mode (algorithm.rollout_correction.bypass_mode, copied into policy_loss at start-up):
+    # old_log_probs are the rollout's, and the loss applies the weights and rejection itself
+    bypass = config.policy_loss.rollout_correction.bypass_mode
+    loss_fn = get_policy_loss_fn("bypass_mode" if bypass else config.policy_loss.loss_mode)
+    pg_loss, pg_metrics = loss_fn(
         micro_batch["old_log_probs"],
         log_prob,
         micro_batch["advantages"],

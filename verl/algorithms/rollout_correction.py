@@ -245,9 +245,10 @@ def apply_rollout_correction(data: DataProto, config: Any) -> dict[str, float]:
     """Driver side (before the advantages, as verl's trainer): write ``rollout_is_weights`` and
     the rejected ``response_mask`` into ``data`` from ``old_log_probs`` and ``rollout_log_probs``.
 
-    ``config`` is ``algorithm.rollout_correction``. In bypass mode ``old_log_probs`` are replaced
-    by ``rollout_log_probs`` instead (the PPO ratio is then taken against the rollout policy;
-    weights and rejection are not supported there). Returns the ``rollout_corr/*`` metrics.
+    ``config`` is ``algorithm.rollout_correction``. In bypass mode ``old_log_probs`` are
+    ``rollout_log_probs`` instead, and the weights and rejection are computed inside the actor's
+    loss from the current policy (``bypass_mode`` in :mod:`verl.algorithms.bypass_loss`). Returns
+    the ``rollout_corr/*`` metrics.
     """
     batch = data.batch
     if "rollout_log_probs" not in batch.keys():
@@ -256,11 +257,6 @@ def apply_rollout_correction(data: DataProto, config: Any) -> dict[str, float]:
             "set actor_rollout_ref.rollout.calculate_log_probs=True"
         )
     if config.bypass_mode:
-        if config.rollout_is is not None or config.rollout_rs is not None or config.loss_type != "ppo_clip":
-            raise ValueError(
-                "algorithm.rollout_correction.bypass_mode=True works here only with rollout_is=null, "
-                "rollout_rs=null and loss_type=ppo_clip"
-            )
         batch["old_log_probs"] = batch["rollout_log_probs"]
         return {}
     weights, mask, metrics = compute_rollout_correction_and_rejection_mask(

@@ -90,9 +90,9 @@ class RolloutCorrectionConfig:
     rollout_rs_threshold: float | int | str | None = None
     """One threshold per rollout_rs option (or one for all): k1 options "l_u" or u (l = 1/u), others an upper bound."""
     bypass_mode: bool = False
-    """Use rollout_log_probs as old_log_probs (no third policy); only with rollout_is=rollout_rs=null, loss_type=ppo_clip."""
+    """Use rollout_log_probs as old_log_probs (two policies, no old-log-prob pass); weights and rejection then apply inside the actor's loss."""
     loss_type: str = "ppo_clip"
-    """Loss of bypass mode: ppo_clip (PPO against pi_rollout) | reinforce (needs the actor-side wiring: refused)."""
+    """Loss of bypass mode: ppo_clip (PPO against pi_rollout) | reinforce (REINFORCE with the importance weights)."""
 
     def validate(self, path: str) -> None:
         from verl.algorithms.rollout_correction import (
@@ -115,14 +115,6 @@ class RolloutCorrectionConfig:
                 lambda v: parse_rs_thresholds(options, v),
                 f"{path}.rollout_rs_threshold",
                 self.rollout_rs_threshold,
-            )
-        if self.bypass_mode:
-            check(
-                self.rollout_is is None and self.rollout_rs is None and self.loss_type == "ppo_clip",
-                f"{path}.bypass_mode",
-                "False, or True only with rollout_is=null, rollout_rs=null and loss_type=ppo_clip (bypass with "
-                "weights or rejection needs the settings inside the actor's loss, which is not wired yet)",
-                self.bypass_mode,
             )
 
 
@@ -213,6 +205,8 @@ class PolicyLossConfig:
     """kl_cov: coefficient of the |log-ratio| penalty on the selected tokens."""
     dro_beta: float | None = None
     """dro: weight of the quadratic log-ratio penalty beta / 2 * (log pi - log pi_old)^2 (required for dro)."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """A copy of algorithm.rollout_correction made at start-up, as verl's trainer does (the actor's bypass-mode loss reads it); set algorithm.rollout_correction.* instead."""
 
     def validate(self, path: str) -> None:
         from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY

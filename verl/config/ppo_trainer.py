@@ -8,7 +8,7 @@ the schema does not know fails with an error that names the key.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ActorRolloutRefConfig
-from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig
+from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig, RolloutCorrectionConfig
 from verl.config.async_training import AsyncTrainingConfig
 from verl.config.base import ConfigError, check
 from verl.config.compat import (
@@ -96,6 +96,23 @@ class PPOTrainerConfig:
             f"True with algorithm.adv_estimator={self.algorithm.adv_estimator} (it weighs paths by the "
             "actor's sum_pi_squared)",
             self.actor_rollout_ref.actor.calculate_sum_pi_squared,
+        )
+        correction, loss_mode = (
+            self.algorithm.rollout_correction,
+            self.actor_rollout_ref.actor.policy_loss.loss_mode,
+        )
+        check(
+            not correction.bypass_mode or loss_mode == "vanilla",
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "vanilla with algorithm.rollout_correction.bypass_mode=True (bypass mode has its own loss, chosen by "
+            "rollout_correction.loss_type: ppo_clip or reinforce)",
+            loss_mode,
+        )
+        check(
+            not correction.bypass_mode or self.actor_rollout_ref.rollout.calculate_log_probs,
+            "actor_rollout_ref.rollout.calculate_log_probs",
+            "True with algorithm.rollout_correction.bypass_mode=True (the rollout's log-probs replace old_log_probs)",
+            self.actor_rollout_ref.rollout.calculate_log_probs,
         )
         cap = self.actor_rollout_ref.actor.tis_imp_ratio_cap
         check(
@@ -206,8 +223,24 @@ def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
         raise ConfigError(f"expected a ppo_trainer config, got {type(typed).__name__}")
     for note in convert_verl_keys(typed):
         logger.warning("config note: converted %s", note)
+    share_rollout_correction(typed)
     typed.validate()
     return typed
+
+
+def share_rollout_correction(config: PPOTrainerConfig) -> None:
+    """Copy ``algorithm.rollout_correction`` into ``actor.policy_loss.rollout_correction``, where the
+    actor's bypass-mode loss reads it (verl's trainer does the same); a different value set there
+    by hand is refused rather than overwritten."""
+    policy_loss = config.actor_rollout_ref.actor.policy_loss
+    source = config.algorithm.rollout_correction
+    check(
+        policy_loss.rollout_correction in (RolloutCorrectionConfig(), source),
+        "actor_rollout_ref.actor.policy_loss.rollout_correction",
+        "unset (it is copied from algorithm.rollout_correction; set that instead)",
+        policy_loss.rollout_correction,
+    )
+    policy_loss.rollout_correction = replace(source)
 
 
 def load_config(

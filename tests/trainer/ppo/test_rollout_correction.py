@@ -114,7 +114,6 @@ def test_both_weightings_at_once_are_refused():
         ({"rollout_rs": "token_k4", "rollout_rs_threshold": 1.0}, "rollout_rs"),
         ({"rollout_rs": "token_k2,seq_max_k3", "rollout_rs_threshold": "1,2,3"}, "rollout_rs_threshold"),
         ({"rollout_rs": "token_k1"}, "rollout_rs_threshold"),
-        ({"bypass_mode": True, "rollout_is": "token"}, "bypass_mode"),
         ({"loss_type": "ppo"}, "loss_type"),
     ],
 )
@@ -135,3 +134,59 @@ def test_the_actor_worker_carries_the_rollout_weights():
     from verl.workers.actor_rollout_ref import ACTOR_LOSS_KEYS
 
     assert "rollout_is_weights" in ACTOR_LOSS_KEYS
+
+
+BYPASS_REINFORCE = {
+    "bypass_mode": True,
+    "rollout_is": "token",
+    "rollout_is_threshold": 2.0,
+    "loss_type": "reinforce",
+}
+
+
+def test_bypass_mode_weights_come_from_the_current_policy_inside_the_actor_loss():
+    """Bypass with token weights and REINFORCE: the driver only swaps in the rollout's log-probs;
+    the actor's loss is ``-A * min(pi / pi_rollout, 2) * log pi`` with pi the current policy."""
+    data = compute_advantage(batch(), algorithm(**BYPASS_REINFORCE))
+    assert "rollout_is_weights" not in data.batch.keys()
+    assert_close(data.batch["old_log_probs"], ROLLOUT)
+
+    config = ActorConfig(
+        policy_loss=PolicyLossConfig(rollout_correction=RolloutCorrectionConfig(**BYPASS_REINFORCE))
+    )
+    log_prob = OLD.clone().requires_grad_(
+        True
+    )  # current policy: ratios to the rollout [1, 3, 1], [e^.1, e^-.1]
+    loss, _ = compute_actor_loss(log_prob, None, micro(old_log_probs=ROLLOUT), config)
+    weights = torch.tensor([[1.0, 2.0, 1.0], [math.exp(0.1), math.exp(-0.1), 0.0]])
+    assert_close(loss, -(weights * OLD * MASK).sum() / MASK.sum())
+    loss.backward()
+    assert_close(log_prob.grad, -weights * MASK / MASK.sum())  # the weights carry no gradient
+
+
+def test_bypass_mode_rejection_masks_tokens_inside_the_actor_loss():
+    settings = {"bypass_mode": True, "rollout_rs": "token_k2", "rollout_rs_threshold": 0.1}
+    config = ActorConfig(policy_loss=PolicyLossConfig(rollout_correction=RolloutCorrectionConfig(**settings)))
+    kept = ActorConfig()
+    loss, _ = compute_actor_loss(OLD, None, micro(old_log_probs=ROLLOUT), config)
+    rejected_mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])  # k2 of log 3 is over 0.1
+    plain, _ = compute_actor_loss(OLD, None, micro(old_log_probs=ROLLOUT, response_mask=rejected_mask), kept)
+    assert_close(loss, plain)
+
+
+def test_the_config_copies_the_correction_into_the_actor_and_guards_it():
+    from verl.config.ppo_trainer import load_config
+
+    base = ["actor_rollout_ref.rollout.calculate_log_probs=True"]
+    keys = [f"algorithm.rollout_correction.{k}={v}" for k, v in BYPASS_REINFORCE.items()]
+    config = load_config(base + keys)
+    assert (
+        config.actor_rollout_ref.actor.policy_loss.rollout_correction == config.algorithm.rollout_correction
+    )
+    assert config.actor_rollout_ref.actor.policy_loss.rollout_correction.loss_type == "reinforce"
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.policy_loss\.loss_mode"):
+        load_config(base + keys + ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.calculate_log_probs"):
+        load_config(keys)
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.policy_loss\.rollout_correction"):
+        load_config([*base, "actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token"])

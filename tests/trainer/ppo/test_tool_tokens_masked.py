@@ -12,7 +12,7 @@ from verl.algorithms.actor_loss import compute_actor_loss
 from verl.algorithms.advantages import compute_advantage
 from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY
 from verl.config.actor import ActorConfig
-from verl.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig
+from verl.config.algorithm import AlgorithmConfig
 from verl.protocol import DataProto
 
 # two responses: model tokens, a tool turn (0s), model tokens again, then padding
@@ -46,7 +46,6 @@ def test_tool_tokens_change_no_policy_loss(loss_mode, agg):
     config = ActorConfig(loss_agg_mode=agg, use_kl_loss=True, kl_loss_coef=0.1)
     config.policy_loss.loss_mode = loss_mode
     config.policy_loss.dro_beta = 0.1  # dro's own setting (no default)
-    config.policy_loss.rollout_correction = RolloutCorrectionConfig(bypass_mode=True)  # bypass_mode's
     reference, _ = compute_actor_loss(*_args(micro(None)), config)
     for garbage in (-30.0, 5.0):
         loss, _ = compute_actor_loss(*_args(micro(garbage)), config)

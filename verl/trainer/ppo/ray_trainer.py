@@ -172,8 +172,9 @@ class RayPPOTrainer:
                 batch, self.tokenizer, self.config.trainer.rollout_data_dir, self.global_steps
             )
             self._balance_batch(batch)
-            with timed("old_log_prob", timing):
-                self._compute_old_log_prob(batch, metrics)
+            if not self.config.algorithm.rollout_correction.bypass_mode:  # bypass: the rollout's log-probs
+                with timed("old_log_prob", timing):
+                    self._compute_old_log_prob(batch, metrics)
             if self.config.use_reference:
                 with timed("ref", timing):
                     batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
