@@ -74,9 +74,32 @@ def test_method_error_names_role_rank_and_method(echo_group):
 
 
 def test_timeout_names_the_late_ranks(echo_group):
-    with pytest.raises(WorkerTimeoutError, match=r"rank\(s\) \[0, 1\] did not finish sleep\(\) within"):
+    with pytest.raises(
+        WorkerTimeoutError, match=r"rank\(s\) \[0, 1\] did not finish sleep\(\) within"
+    ) as error:
         echo_group.sleep(3, blocking=False).get(timeout_s=0.5)
+    assert "--- role 'echo' rank 1" in str(error.value)  # each late rank's stack follows
     time.sleep(3)  # let the sleeping call finish so later tests are not queued behind it
+
+
+def test_a_stuck_worker_s_time_out_shows_its_stack(ray_session):
+    """A rank stuck in a pure-Python loop: the time-out error holds that rank's stack, naming the
+    function it is stuck in (taken by a signal while the call still runs)."""
+    pool = RayResourcePool([1], use_gpu=False, name_prefix="stuck", cpus_per_process=0.5)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker), role="stuck", call_timeout_s=600)
+    try:
+        future = wg.spin(blocking=False)
+        deadline = time.monotonic() + 120  # until the call runs (a busy machine may start it late)
+        while "_spin_forever_in_a_python_loop" not in wg.dump_stacks()[0]:
+            assert time.monotonic() < deadline, "spin() never started"
+        with pytest.raises(WorkerTimeoutError) as error:
+            future.get(timeout_s=1)
+        message = str(error.value)
+        assert "role 'stuck' rank(s) [0] did not finish spin() within 1s" in message
+        assert "_spin_forever_in_a_python_loop" in message and f"pid {wg.pids[0]}" in message
+    finally:
+        wg.shutdown()
+        pool.release()
 
 
 def test_colocated_roles_share_one_process_per_rank(ray_session):

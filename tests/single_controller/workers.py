@@ -58,6 +58,11 @@ class EchoWorker(Worker):
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def spin(self) -> int:
+        _spin_forever_in_a_python_loop()
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def fail_on_rank(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"boom on rank {rank}")
@@ -77,6 +82,13 @@ class EchoWorker(Worker):
 
         ctx = ray.get_runtime_context()
         return f"{ctx.get_placement_group_id()}:{ctx.get_assigned_resources()}"
+
+
+def _spin_forever_in_a_python_loop() -> None:
+    """A worker stuck in pure Python (the watchdog test looks for this name in its stack)."""
+    x = 0
+    while True:
+        x += 1
 
 
 class OtherRoleWorker(Worker):

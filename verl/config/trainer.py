@@ -74,7 +74,9 @@ class TrainerConfig:
     ray_wait_register_center_timeout: int = 300
     """Seconds to wait for worker processes to start."""
     worker_call_timeout_s: float = 3600.0
-    """Seconds a single worker-group call may take before the run fails with a timeout error."""
+    """Seconds a single worker-group call may take before the run fails with a timeout error (holding the late ranks' stacks)."""
+    step_timeout_s: float | None = 7200.0
+    """Seconds without a finished training step after which every process's stack is printed and the run exits non-zero (null: off)."""
     seed: int = 1
     """Seed of the driver's RNGs (python, numpy, torch)."""
     profile_steps: Any = None

@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from verl.single_controller import stacks
 from verl.single_controller.ray.resource_pool import RayResourcePool
 from verl.single_controller.worker import find_free_port, node_ip_address
 from verl.single_controller.worker_group import (
@@ -46,6 +47,7 @@ class WorkerHost:
 
     def __init__(self, env: dict[str, str], num_threads: int) -> None:
         os.environ.update(env)
+        stacks.arm()  # a time-out anywhere can then show where this process is stuck
         import torch
 
         torch.set_num_threads(max(1, num_threads))
@@ -54,11 +56,11 @@ class WorkerHost:
     def node_info(self) -> tuple[str, int]:
         return node_ip_address(), find_free_port()
 
-    def setup(self, env: dict[str, str], roles: dict[str, RayClassWithInitArgs]) -> int:
+    def setup(self, env: dict[str, str], roles: dict[str, RayClassWithInitArgs]) -> tuple[int, str]:
         os.environ.update(env)
         for role, spec in roles.items():
             self._workers[role] = spec.instantiate()
-        return os.getpid()
+        return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def call(self, _verl_role: str, _verl_method: str, *args: Any, **kwargs: Any) -> Any:
         # Arguments travel as top-level task arguments so Ray resolves ObjectRefs among them.
@@ -68,9 +70,10 @@ class WorkerHost:
 class _Hosts:
     """The host actors of one pool placement, shared by the role groups colocated on them."""
 
-    def __init__(self, actors: list[Any], pids: list[int]) -> None:
+    def __init__(self, actors: list[Any], processes: list[tuple[int, str]]) -> None:
         self.actors = actors
-        self.pids = pids
+        self.pids = [pid for pid, _ in processes]
+        self.node_ids = [node for _, node in processes]
         self.alive = True
 
     def kill(self) -> None:
@@ -123,6 +126,12 @@ class RayWorkerGroup(WorkerGroup):
         """Kill this group's processes (and so every role colocated on them)."""
         self._hosts.kill()
 
+    def dump_stacks(self, ranks: list[int] | None = None) -> dict[int, str]:
+        """The Python stack of every thread of each rank's process (all ranks by default), taken
+        by a signal, so it works while the rank is stuck in a call."""
+        ranks = range(self.world_size) if ranks is None else ranks
+        return {r: stacks.dump_remote(self._hosts.pids[r], self._hosts.node_ids[r]) for r in ranks}
+
     def _submit(self, method: str, rank_calls: list[tuple[int, tuple[tuple, dict]]]) -> list[Any]:
         if not self._hosts.alive:
             raise WorkerDiedError(f"role {self.role!r}: cannot call {method}(), the group was shut down")
@@ -142,8 +151,13 @@ class RayWorkerGroup(WorkerGroup):
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(remaining, 0))
             if not ready:
                 late = sorted(rank_of[r] for r in pending)
+                dumps = "".join(
+                    f"\n--- role {self.role!r} rank {rank} (pid {self._hosts.pids[rank]}) ---\n{text}"
+                    for rank, text in self.dump_stacks(late).items()
+                )
                 raise WorkerTimeoutError(
-                    f"role {self.role!r} rank(s) {late} did not finish {method}() within {timeout_s:.0f}s"
+                    f"role {self.role!r} rank(s) {late} did not finish {method}() within {timeout_s:.0f}s; "
+                    f"where they are now:{dumps}"
                 )
             for ref in ready:
                 results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method)
@@ -197,19 +211,21 @@ def create_colocated_worker_groups(
         threads = max(1, int(resource_pool.cpus_per_process * share))
         actors.append(ray.remote(WorkerHost).options(**options).remote(env, threads))
     try:
-        pids = _set_up(actors, class_dict, setup_timeout_s)
+        processes = _set_up(actors, class_dict, setup_timeout_s)
     except BaseException:  # no group holds these processes yet: nothing else would end them
         _Hosts(actors, []).kill()
         raise
-    hosts = _Hosts(actors, pids)
+    hosts = _Hosts(actors, processes)
     return {
         role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
         for role, spec in class_dict.items()
     }
 
 
-def _set_up(actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float) -> list[int]:
-    """Give the host actors the rendezvous address and build their roles; their process ids."""
+def _set_up(
+    actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float
+) -> list[tuple[int, str]]:
+    """Give the host actors the rendezvous address and build their roles; their (process id, node id)."""
     master_addr, master_port = _get_or_die(
         actors[0].node_info.remote(), "node_info", 0, class_dict, timeout_s
     )

@@ -40,6 +40,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.validation import Validator
+from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
 
@@ -64,15 +65,23 @@ def rollout_trainer_gap(
 
 @contextmanager
 def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """Time a phase under ``timing_s/<name>``; a worker failure inside it names the phase."""
+    """Time a phase under ``timing_s/<name>``; a worker failure inside it names the phase (and so
+    does the step watchdog's report, through :data:`PHASES`)."""
     start = time.perf_counter()
+    PHASES.append(name)
     try:
         yield
     except WorkerGroupError as error:
         if not any(note.startswith("(in phase") for note in getattr(error, "__notes__", [])):
             error.add_note(f"(in phase {name!r})")  # the innermost phase names it
         raise
+    finally:
+        PHASES.pop()
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+PHASES: list[str] = []
+"""The driver's phases being timed now, outermost first."""
 
 
 class RayPPOTrainer:
@@ -144,7 +153,8 @@ class RayPPOTrainer:
         if trainer.val_only:
             return {}
         metrics: dict[str, float] = {}
-        with StepProgress(self.total_training_steps, initial_step=self.global_steps) as progress:
+        watchdog = StepWatchdog(trainer.step_timeout_s, self.wgs, self._position)
+        with StepProgress(self.total_training_steps, initial_step=self.global_steps) as progress, watchdog:
             while self.global_steps < self.total_training_steps:
                 self.global_steps += 1
                 metrics = self.train_step(next(self.batches))
@@ -154,8 +164,12 @@ class RayPPOTrainer:
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": self.epoch})
                 self.tracker.log(metrics, step=self.global_steps)
                 progress.update(metrics)
+                watchdog.step_done()
         logger.info(self.validator.summary())
         return metrics
+
+    def _position(self) -> str:
+        return f"step {self.global_steps}, phase {' > '.join(PHASES) or 'between phases'}"
 
     def _batches(self) -> Iterator[DataProto]:
         while True:
