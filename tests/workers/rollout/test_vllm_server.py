@@ -120,7 +120,9 @@ def call(actor_method, *args):
 
 def test_vllm_short_requests_finish_before_long_ones(host):
     order, lengths = call(host.finish_order, [24, 2, 12, 1, 6])
-    assert order == [3, 1, 4, 2, 0]
+    # the 1- and 2-token requests may finish in the same engine step (vLLM can spread the first
+    # prefills over two steps), so only their set is fixed; 6, 12 and 24 tokens are far apart
+    assert set(order[:2]) == {1, 3} and order[2:] == [4, 2, 0]
     assert lengths == [24, 2, 12, 1, 6]
 
 
