@@ -17,7 +17,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from verl.single_controller import stacks
 from verl.single_controller.ray.resource_pool import RayResourcePool
 from verl.single_controller.worker import find_free_port, node_ip_address
 from verl.single_controller.worker_group import (
@@ -26,6 +25,7 @@ from verl.single_controller.worker_group import (
     WorkerMethodError,
     WorkerTimeoutError,
 )
+from verl.utils import stacks
 
 __all__ = ["RayClassWithInitArgs", "RayWorkerGroup", "WorkerHost", "create_colocated_worker_groups"]
 
