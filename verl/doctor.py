@@ -134,10 +134,17 @@ def check_devices(config) -> Iterator[Finding]:
 
 def check_ray(config) -> Iterator[Finding]:
     address = config.ray_init.address or os.environ.get("RAY_ADDRESS") or None
-    if address is None:
-        yield Finding(OK, "ray cluster", "a local one will be started")
-        return
     current = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+    if address is None:
+        if current.exists():  # ray.init() without an address joins the cluster `ray start` began here
+            yield Finding(
+                OK,
+                "ray cluster",
+                f"joins the cluster running on this machine ({current.read_text().strip()})",
+            )
+        else:
+            yield Finding(OK, "ray cluster", "a local one will be started")
+        return
     if address == "auto" and not current.exists():
         yield Finding(
             FAIL,
