@@ -153,7 +153,8 @@ def test_killed_worker_is_a_clear_error_within_30s(ray_session):
     try:
         start = time.monotonic()
         with pytest.raises(
-            WorkerDiedError, match=r"role 'actor_rollout' rank 1: worker process died during exit_on_rank"
+            WorkerDiedError,
+            match=r"role 'actor_rollout' rank 1 \(node \w+, pid \d+\): worker process died during exit_on_rank",
         ):
             wg.exit_on_rank(1)
         assert time.monotonic() - start < 30

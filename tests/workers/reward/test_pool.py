@@ -51,7 +51,8 @@ def test_hang_times_out_and_the_process_is_replaced():
         assert [o.status for o in out] == ["ok", "timeout", "ok", "ok"]
         assert [out[0].value, out[2].value, out[3].value] == [1.0, 1.0, 0.0]
         assert "0.5s" in out[1].message
-        assert elapsed < 5, elapsed  # bounded by the timeout, not by the 60 s sleep
+        assert "scorers.py" in out[1].message and "compute_score" in out[1].message  # where it hung
+        assert elapsed < 45, elapsed  # bounded by the timeout (and the stack dump), not the 60 s sleep
         assert pool.pids[0] != old_pid and not alive(old_pid)
         assert pool.map([call("a")])[0].value == 1.0  # the replacement works
 

@@ -9,6 +9,7 @@ sees one :class:`RayWorkerGroup` per role. Roles on different pools are split pl
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -17,15 +18,22 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from verl.single_controller import stacks
 from verl.single_controller.ray.resource_pool import RayResourcePool
 from verl.single_controller.worker import find_free_port, node_ip_address
 from verl.single_controller.worker_group import (
     WorkerDiedError,
     WorkerGroup,
+    WorkerGroupError,
     WorkerMethodError,
     WorkerTimeoutError,
 )
+from verl.utils import stacks
+
+logger = logging.getLogger(__name__)
+
+PEER_GRACE_S = 60.0
+"""After one rank raises, how long the other ranks get to reveal that one of them died (Ray
+declares a lost node dead after its health checks fail, some seconds later)."""
 
 __all__ = ["RayClassWithInitArgs", "RayWorkerGroup", "WorkerHost", "create_colocated_worker_groups"]
 
@@ -160,8 +168,27 @@ class RayWorkerGroup(WorkerGroup):
                     f"where they are now:{dumps}"
                 )
             for ref in ready:
-                results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method)
+                try:
+                    results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method)
+                except WorkerMethodError as error:
+                    raise self._dead_peer(method, pending, rank_of) or error from error
         return [results[rank] for rank, _ in handles]
+
+    def _dead_peer(self, method: str, pending: list[Any], rank_of: dict[Any, int]) -> WorkerDiedError | None:
+        """When one rank raised, the root cause is often another rank that died (its peers' collectives
+        then fail first: "connection closed by peer"). Give the other ranks :data:`PEER_GRACE_S` to
+        show it; a dead one is reported instead of the symptom."""
+        deadline = time.monotonic() + PEER_GRACE_S
+        while pending and time.monotonic() < deadline:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(deadline - time.monotonic(), 0))
+            for ref in ready:
+                try:
+                    self._get_one(ref, rank_of[ref], method)
+                except WorkerDiedError as died:
+                    return died
+                except WorkerGroupError:
+                    continue
+        return None
 
     def _get_one(self, ref: Any, rank: int, method: str) -> Any:
         try:
@@ -170,7 +197,8 @@ class RayWorkerGroup(WorkerGroup):
             raise WorkerMethodError(f"role {self.role!r} rank {rank} raised in {method}():\n{e}") from e
         except RayActorError as e:
             raise WorkerDiedError(
-                f"role {self.role!r} rank {rank}: worker process died during {method}() ({_first_line(e)})"
+                f"role {self.role!r} rank {rank} (node {self._hosts.node_ids[rank]}, pid {self._hosts.pids[rank]}): "
+                f"worker process died during {method}() ({_first_line(e)})"
             ) from e
         except GetTimeoutError as e:  # ready but not fetchable: treat like a lost worker
             raise WorkerTimeoutError(
@@ -216,6 +244,8 @@ def create_colocated_worker_groups(
         _Hosts(actors, []).kill()
         raise
     hosts = _Hosts(actors, processes)
+    placement = ", ".join(f"rank {r}: node {node[:12]} pid {pid}" for r, (pid, node) in enumerate(processes))
+    logger.info("roles %s placed: %s", "+".join(class_dict), placement)
     return {
         role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
         for role, spec in class_dict.items()

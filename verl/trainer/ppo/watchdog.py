@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verl.single_controller.stacks import format_own_stacks
+from verl.utils.stacks import format_own_stacks
 
 logger = logging.getLogger(__name__)
 

@@ -30,6 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from verl.utils import stacks
+
 __all__ = ["ScorerLoadError", "ScorerSpec", "load_function_from_file", "serve", "serve_fds"]
 
 
@@ -150,6 +152,7 @@ def _exit_when_orphaned(parent_pid: int, poll_s: float = 0.5) -> None:
 
 def serve_fds(read_fd: int, write_fd: int, parent_pid: int) -> None:
     """Entry point of the scorer process, given the pipe file descriptors the driver passed."""
+    stacks.arm()  # a call that times out is reported with where it was stuck
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     reader = Connection(read_fd, readable=True, writable=False)
     writer = Connection(write_fd, readable=False, writable=True)

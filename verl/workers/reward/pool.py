@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from verl.utils import stacks
 from verl.utils.reward_score.scorer_process import ScorerLoadError, ScorerSpec
 
 __all__ = ["ScoreOutcome", "ScorerLoadError", "ScoringPool", "check_picklable"]
@@ -216,7 +217,11 @@ class ScoringPool:
             if proc.reader in readable:
                 self._drain(proc, results, queue)
             elif time.monotonic() >= proc.deadline:
-                message = f"scorer call exceeded {self.timeout_s}s; its process was killed and replaced"
+                where = stacks.read_dump(proc.popen.pid, wait_s=5.0)
+                message = (
+                    f"scorer call exceeded {self.timeout_s}s; its process was killed and replaced. "
+                    f"It was at:\n{where}"
+                )
                 self._replace(proc, results, queue, ScoreOutcome("timeout", message=message))
 
     def _drain(self, proc: _Process, results: list[ScoreOutcome | None], queue: deque[int]) -> None:
