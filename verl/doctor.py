@@ -186,7 +186,9 @@ def check_paths(config) -> Iterator[Finding]:
     for key in ("train_files", "val_files"):
         for path in _as_list(getattr(config.data, key)):
             local = Path(path).expanduser()
-            builtin = not local.is_file() and "/data/arith/" in str(local)
+            builtin = not local.is_file() and any(
+                f"/data/{task}/" in str(local) for task in ("arith", "tool_arith")
+            )
             if local.is_file() or builtin:
                 yield Finding(
                     OK,

@@ -1,4 +1,5 @@
-"""Tools from verl's tool YAML::
+"""Tools from verl's tool YAML (a file path, or ``pkg://package/path`` for one shipped in a package,
+e.g. ``pkg://verl.trainer.config/tool_config/calculator.yaml``)::
 
 tools:
   - class_name: verl.tools.calculator_tool.CalculatorTool
@@ -11,6 +12,7 @@ tools:
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import os
 from typing import Any
 
@@ -35,9 +37,23 @@ def get_tool_class(class_name: str, where: str) -> type[BaseTool]:
     return cls
 
 
+def resolve_tool_config_path(path: str) -> str:
+    """``pkg://package.name/relative/file.yaml`` -> the file inside that installed package (so a
+    preset can name a YAML it ships, from any working directory); other paths: ``~`` expanded."""
+    if not path.startswith("pkg://"):
+        return os.path.expanduser(path)
+    package, _, relative = path.removeprefix("pkg://").partition("/")
+    try:
+        return str(importlib.resources.files(package).joinpath(relative))
+    except ModuleNotFoundError as error:
+        raise FileNotFoundError(
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {path}: no package {package!r}"
+        ) from error
+
+
 def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
     """Instantiate every tool of the YAML file; errors name the file, the entry and the field."""
-    path = os.path.expanduser(tools_config_file)
+    path = resolve_tool_config_path(tools_config_file)
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {path}: no such file"

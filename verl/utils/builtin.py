@@ -46,7 +46,11 @@ def builtin_data_dir() -> Path:
 
 
 def is_builtin_model(path: str) -> bool:
-    return Path(path).expanduser().resolve() == builtin_model_dir().resolve()
+    """The embedded default's model, or the tool task's (:mod:`verl.utils.builtin_tool_task`)."""
+    from verl.utils.builtin_tool_task import tool_model_dir
+
+    resolved = Path(path).expanduser().resolve()
+    return resolved in (builtin_model_dir().resolve(), tool_model_dir().resolve())
 
 
 def ensure_builtin_data(*paths: str) -> None:
@@ -63,9 +67,9 @@ def ensure_builtin_data(*paths: str) -> None:
 
 def ensure_builtin_model(path: str) -> None:
     """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
-    if not is_builtin_model(path) or (builtin_model_dir() / "config.json").exists():
-        return
     target = builtin_model_dir()
+    if Path(path).expanduser().resolve() != target.resolve() or (target / "config.json").exists():
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     logger.info("building the built-in tiny model in %s (one-time SFT warm-up)", target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-tiny-"))

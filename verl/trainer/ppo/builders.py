@@ -18,7 +18,7 @@ import torch
 
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
-from verl.utils import builtin
+from verl.utils import builtin, builtin_tool_task
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,8 @@ def prepare_builtin_assets(config: PPOTrainerConfig) -> None:
     files = _as_list(config.data.train_files) + _as_list(config.data.val_files)
     builtin.ensure_builtin_data(*files)
     builtin.ensure_builtin_model(config.actor_rollout_ref.model.path)
+    builtin_tool_task.ensure_tool_task_data(*files)  # the tool_agent_trainer preset's
+    builtin_tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
 
 
 def _as_list(files: Any) -> list[str]:

@@ -14,6 +14,7 @@ data_source                                                 scorer
 ``HuggingFaceH4/MATH-500``, ``math``
 ``countdown``                                               :mod:`.countdown`
 ``arith``                                                   :mod:`.arith` (the built-in task)
+``tool_arith``                                              :mod:`.tool_arith` (the built-in tool task)
 ``code_offline``, ``codecontests``, ``apps``,               :mod:`.code` (test cases run in the
 ``codeforces``, ``taco``                                    local sandbox)
 ==========================================================  ===================================
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from verl.utils.reward_score import arith, code, countdown, gsm8k
+from verl.utils.reward_score import arith, code, countdown, gsm8k, tool_arith
 from verl.utils.reward_score import math as math_score
 
 __all__ = [
@@ -54,6 +55,7 @@ _SCORERS: dict[str, Callable[[str, Any], float | dict[str, float]]] = {
     "math": math_score.compute_score,
     "countdown": countdown.compute_score,
     "arith": arith.compute_score,
+    "tool_arith": tool_arith.compute_score,
     # verl's names for APPS-format code datasets (it scores them with the pass fraction too)
     "code_offline": code.compute_score,
     "codecontests": code.compute_score,
