@@ -286,6 +286,12 @@ VLLM_INERT_KEYS = (  # with rollout.name=vllm, on every device
     "actor_rollout_ref.rollout.layered_summon",  # weights go over in one in-memory pass
     "actor_rollout_ref.rollout.offload_weights",  # hf rollout only; vllm frees memory by sleep()
 )
+SGLANG_INERT_KEYS = (  # with rollout.name=sglang
+    "actor_rollout_ref.rollout.layered_summon",  # weights go over in buckets of update_weights_bucket_megabytes
+    "actor_rollout_ref.rollout.offload_weights",  # hf rollout only; sglang frees memory by sleep()
+    "actor_rollout_ref.rollout.disable_log_stats",  # set engine_kwargs.sglang.log_level instead
+)
+SGLANG_ONLY_KEYS = ("actor_rollout_ref.rollout.update_weights_bucket_megabytes",)
 VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has no sleep mode
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.free_cache_engine",
@@ -372,6 +378,10 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(ENGINE_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.name == "vllm":
         inert.update(VLLM_INERT_KEYS + (VLLM_GPU_ONLY_KEYS if device == "cpu" else ()))
+    if config.actor_rollout_ref.rollout.name == "sglang":
+        inert.update(SGLANG_INERT_KEYS)
+    else:
+        inert.update(SGLANG_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.mode != "async":
         inert.update(SERVER_ONLY_KEYS)
     if not config.actor_rollout_ref.rollout.uses_agent_loop:

