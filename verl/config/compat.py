@@ -159,6 +159,20 @@ def is_schema_key(schema: type, key: str) -> bool:
     return True
 
 
+def within_schema(schema: type, key: str) -> bool:
+    """True when ``key`` is a field of ``schema`` or lies inside one of its free-form dicts
+    (``engine_kwargs.vllm.x``)."""
+    node: Any = schema
+    for part in key.split("."):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            return True
+        match = {f.name: f for f in dataclasses.fields(node)}.get(part)
+        if match is None:
+            return False
+        node = _section_class(match)
+    return True
+
+
 def _section_class(f: dataclasses.Field) -> type | None:
     """The dataclass of a nested section (they are built by ``default_factory``), else None."""
     if f.default_factory is dataclasses.MISSING:
@@ -173,13 +187,16 @@ _APPEND = re.compile(r"^\+(?!\+)([^=~+][^=]*)=(.*)$", re.DOTALL)
 
 def normalize_overrides(overrides: list[str], schema: type) -> list[str]:
     """``+key=value`` -> ``key=value`` when the schema has ``key`` (verl scripts add keys verl's
-    YAML lacks with ``+``; here they may already exist). Other arguments are returned unchanged."""
+    YAML lacks with ``+``; here they may already exist); a key of verl 0.9.1 the schema lacks ->
+    ``+verl_extras.key=value`` (:mod:`verl.config.verl_extras`). Other arguments are unchanged."""
+    from verl.config.verl_extras import route_override
+
     out = []
     for arg in overrides:
         match = _APPEND.match(arg)
         if match and is_schema_key(schema, match.group(1)):
             arg = f"{match.group(1)}={match.group(2)}"
-        out.append(arg)
+        out.append(route_override(arg, schema))
     return out
 
 

@@ -30,6 +30,7 @@ from verl.config.data import DataConfig
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
 from verl.config.trainer import RayInitConfig, TrainerConfig
+from verl.config.verl_extras import check_verl_extras, noted_extra_keys
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,10 @@ class PPOTrainerConfig:
     """How Ray is started."""
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     """The asynchronous trainer (trainer.mode=async)."""
+    verl_extras: dict[str, Any] = field(default_factory=dict)
+    """Keys of verl 0.9.1's config this schema lacks, as given on the command line (filled there:
+    ``key=value`` lands here); each is converted, refused or noted at start-up
+    (:mod:`verl.config.verl_extras`)."""
 
     @property
     def use_critic(self) -> bool:
@@ -221,7 +226,7 @@ def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, PPOTrainerConfig):
         raise ConfigError(f"expected a ppo_trainer config, got {type(typed).__name__}")
-    for note in convert_verl_keys(typed):
+    for note in convert_verl_keys(typed) + check_verl_extras(typed):
         logger.warning("config note: converted %s", note)
     share_rollout_correction(typed)
     typed.validate()
@@ -387,7 +392,7 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
     if not config.actor_rollout_ref.rollout.uses_agent_loop:
         inert.update(AGENT_LOOP_KEYS)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    found = set()
+    found = set(noted_extra_keys(config))
     for key in inert:
         found.update(g for g in given if g == key or g.startswith(key + "."))  # a key in an inert section
         if any(key.startswith(g + ".") for g in given):  # a whole section given at once

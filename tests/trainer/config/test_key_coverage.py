@@ -36,6 +36,9 @@ INERT = (*ALWAYS_INERT_KEYS, *GPU_ONLY_KEYS, *ENGINE_ONLY_KEYS, *SERVER_ONLY_KEY
 # Keys whose effect is written but not yet called from a file this change may not edit; each entry
 # says what is missing. The test fails once the key is read, so the entry gets removed then.
 PENDING_CALLS: dict[str, str] = {}
+# verl 0.9.1's other keys, as given: each is converted, refused or noted by the schema's own
+# start-up check (verl/config/verl_extras.py, tested in test_verl_extras.py)
+SCHEMA_CHECKED = ("verl_extras",)
 # Keys that take effect through a property of the schema which the trainer reads (key -> property).
 READ_THROUGH_PROPERTIES = {
     "critic.enable": (PPOTrainerConfig, "use_critic"),
@@ -87,6 +90,7 @@ def test_every_schema_key_is_read_refused_converted_or_inert():
         key
         for key, section in _leaves(PPOTrainerConfig)
         if key not in PENDING_CALLS
+        and key not in SCHEMA_CHECKED
         and key not in READ_THROUGH_PROPERTIES
         and not _is_read(key, section)
         and not _listed(key, compat.REFUSED_KEYS)

@@ -86,7 +86,7 @@ def sampling_params(params: Sampling, eos_token_ids: list[int], seed: int | None
 
 def output_tokens(output: dict[str, Any], with_log_probs: bool) -> tuple[list[int], list[float]]:
     """The generated ids and their log-probs from one (non-streamed) SGLang output; each
-    ``meta_info["output_token_logprobs"]`` entry is ``(log_prob, token_id, text)``."""
+    ``output_token_logprobs`` entry of its meta info is ``(log_prob, token_id, text)``."""
     tokens = list(output["output_ids"])
     if not with_log_probs:
         return tokens, [0.0] * len(tokens)
@@ -95,7 +95,7 @@ def output_tokens(output: dict[str, Any], with_log_probs: bool) -> tuple[list[in
 
 
 def finish_reason(output: dict[str, Any]) -> str | None:
-    """``stop`` | ``length`` | ``abort`` from SGLang's ``meta_info["finish_reason"]`` (a dict
+    """``stop`` | ``length`` | ``abort`` from the ``finish_reason`` of SGLang's meta info (a dict
     with a ``type``; ``None`` while the request runs)."""
     reason = output["meta_info"].get("finish_reason")
     if reason is None:
