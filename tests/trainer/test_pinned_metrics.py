@@ -31,9 +31,13 @@ def pinned(row: dict) -> dict:
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
-def test_a_seeded_run_logs_the_recorded_metrics(tmp_path, monkeypatch):
+@pytest.mark.parametrize("skip_old_log_prob", [True, False])
+def test_a_seeded_run_logs_the_recorded_metrics(tmp_path, monkeypatch, skip_old_log_prob):
+    """Both ways of getting old_log_probs on this on-policy run (the update's own forward, and the
+    separate pass verl runs) log the same numbers."""
     config = load_config(
         [
+            f"trainer.skip_on_policy_old_log_prob={skip_old_log_prob}",
             "trainer.total_training_steps=2",
             "trainer.test_freq=2",
             "trainer.save_freq=-1",
@@ -52,7 +56,7 @@ def test_a_seeded_run_logs_the_recorded_metrics(tmp_path, monkeypatch):
         trainer.close()
     lines = (tmp_path / "logs/pinned/run/metrics.jsonl").read_text().splitlines()
     stream = [pinned(json.loads(line)) for line in lines]
-    if os.environ.get("VERL_RECORD_PINNED") == "1":
+    if os.environ.get("VERL_RECORD_PINNED") == "1" and skip_old_log_prob:
         RECORD.write_text(json.dumps(stream, indent=1, sort_keys=True) + "\n")
     recorded = json.loads(RECORD.read_text())
     assert len(stream) == len(recorded), "a different number of logged rows"

@@ -52,7 +52,8 @@ class MultiTurnConfig:
     tokenization_sanity_check_mode: str = "strict"
     """verl's re-tokenization check (no effect: model tokens are never re-tokenized here)."""
     format: str = "hermes"
-    """Tool-call format parsed from the model's output: hermes (<tool_call>{json}</tool_call>)."""
+    """Tool-call format parsed from the model's output: hermes (<tool_call>{json}</tool_call>; Qwen2.5/3) |
+    qwen3_coder (<function=NAME><parameter=KEY>; Qwen3-Coder) | glm (NAME <arg_key>/<arg_value>; GLM-4.5)."""
     num_repeat_rollouts: int | None = None
     """verl's repeated multi-turn rollouts (not supported yet: must stay null; use rollout.n)."""
 
@@ -193,7 +194,7 @@ class RolloutConfig:
             f"False unless {path}.mode=async (agent loops talk to the rollout servers)",
             mt.enable,
         )
-        check_choice(mt.format, ("hermes",), f"{path}.multi_turn.format")
+        check_choice(mt.format, ("hermes", "qwen3_coder", "glm"), f"{path}.multi_turn.format")
         check_choice(
             mt.tool_response_truncate_side,
             ("left", "middle", "right"),

@@ -55,6 +55,11 @@ class TrainerConfig:
     """Validate every N steps (-1: only before training and at the end)."""
     critic_warmup: int = 0
     """Steps that train only the critic before the actor starts updating."""
+    skip_on_policy_old_log_prob: bool = True
+    """Skip the old-log-prob forward when the update is provably on-policy (sync trainer, one PPO epoch,
+    one mini-batch per step, and nothing but the loss reads old_log_probs): the update's own forward
+    gives them (a PPO ratio of exactly 1, as the separate pass would give). False: always recompute, as
+    verl does. See docs/algorithms.md."""
     default_hdfs_dir: str | None = None
     """Remote copy of checkpoints (not supported: must stay null)."""
     del_local_ckpt_after_load: bool = False

@@ -100,7 +100,7 @@ def route_override(arg: str, schema: type) -> str:
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict) and (not prefix or node and prefix.rstrip(".") not in verl_keys()):
+    if isinstance(node, dict) and (not prefix or (node and prefix.rstrip(".") not in verl_keys())):
         out: dict[str, Any] = {}
         for key, value in node.items():
             out.update(_flatten(value, f"{prefix}{key}."))

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -55,30 +56,48 @@ def is_builtin_model(path: str) -> bool:
 
 def ensure_builtin_data(*paths: str) -> None:
     """Write the arithmetic task's parquet files if ``paths`` point at them and they are missing."""
-    data_dir = builtin_data_dir().resolve()
-    wanted = [Path(p).expanduser().resolve() for p in paths]
-    if not any(p.parent == data_dir and not p.exists() for p in wanted):
-        return
     from verl.utils.dataset.arith import write_arith_parquet
 
-    logger.info("writing the built-in arithmetic task to %s", data_dir)
-    write_arith_parquet(str(data_dir), train_size=10_000, test_size=200, seed=0)
+    write_task_once(
+        builtin_data_dir(),
+        paths,
+        lambda folder: write_arith_parquet(folder, train_size=10_000, test_size=200, seed=0),
+        "the built-in arithmetic task",
+    )
 
 
 def ensure_builtin_model(path: str) -> None:
     """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
-    target = builtin_model_dir()
-    if Path(path).expanduser().resolve() != target.resolve() or (target / "config.json").exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("building the built-in tiny model in %s (one-time SFT warm-up)", target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-tiny-"))
-    try:
+
+    def build(folder: Path) -> None:
         tokenizer = build_char_tokenizer()
         model = build_tiny_qwen2(tokenizer)
         sft_warmup(model, tokenizer, steps=SFT_STEPS, seed=SFT_SEED)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    build_model_once(builtin_model_dir(), path, build, "the built-in tiny model")
+
+
+def write_task_once(data_dir: Path, paths: tuple[str, ...], write: Callable[[str], None], what: str) -> None:
+    """``write(folder)`` when one of ``paths`` is a missing file of ``data_dir``."""
+    data_dir = data_dir.resolve()
+    wanted = [Path(p).expanduser().resolve() for p in paths]
+    if any(p.parent == data_dir and not p.exists() for p in wanted):
+        logger.info("writing %s to %s", what, data_dir)
+        write(str(data_dir))
+
+
+def build_model_once(target: Path, path: str, build: Callable[[Path], None], what: str) -> None:
+    """``build(folder)`` into a temporary folder, renamed to ``target`` (never half-written), when
+    ``path`` is ``target`` and it holds no model yet; a model another process finished first wins."""
+    if Path(path).expanduser().resolve() != target.resolve() or (target / "config.json").exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("building %s in %s (one-time SFT warm-up)", what, target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-model-"))
+    try:
+        build(tmp)
         if target.exists():  # another process finished first
             shutil.rmtree(tmp)
             return

@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from verl.utils.builtin import cache_dir
+from verl.utils.builtin import build_model_once, cache_dir, write_task_once
 
 logger = logging.getLogger(__name__)
 
@@ -69,37 +66,27 @@ def tool_data_dir() -> Path:
 
 def ensure_tool_task_data(*paths: str) -> None:
     """Write the tool task's parquet files if ``paths`` point at them and they are missing."""
-    data_dir = tool_data_dir().resolve()
-    wanted = [Path(p).expanduser().resolve() for p in paths]
-    if not any(p.parent == data_dir and not p.exists() for p in wanted):
-        return
     from verl.utils.dataset.tool_arith import write_tool_arith_parquet
 
-    logger.info("writing the built-in tool task to %s", data_dir)
-    write_tool_arith_parquet(str(data_dir), train_size=10_000, test_size=128, seed=0)
+    write_task_once(
+        tool_data_dir(),
+        paths,
+        lambda folder: write_tool_arith_parquet(folder, train_size=10_000, test_size=128, seed=0),
+        "the built-in tool task",
+    )
 
 
 def ensure_tool_task_model(path: str) -> None:
     """Create, warm up and save the tool model if ``path`` is the built-in one and it is missing."""
-    target = tool_model_dir()
-    if Path(path).expanduser().resolve() != target.resolve() or (target / "config.json").exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("building the built-in tool model in %s (one-time SFT warm-up)", target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-tool-"))
-    try:
+
+    def build(folder: Path) -> None:
         tokenizer = build_tool_tokenizer()
         model = build_tool_model(tokenizer)
         tool_sft_warmup(model, tokenizer, steps=SFT_STEPS, seed=SFT_SEED)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():  # another process finished first
-            shutil.rmtree(tmp)
-            return
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    build_model_once(tool_model_dir(), path, build, "the built-in tool model")
 
 
 def build_tool_tokenizer():

@@ -282,10 +282,15 @@ class ActorRolloutRefWorker(Worker):
         :meth:`update_weights`: the weight sync is a phase of its own)."""
         cfg = self.config.actor
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
-        entropy = self._entropy_options() if cfg.entropy_coeff != 0 else None
+        # on-policy (the driver skipped the old-log-prob pass): this forward gives old_log_probs,
+        # and the entropy metric that pass would have reported
+        on_policy = "old_log_probs" not in data.batch.keys()
+        entropy = self._entropy_options() if cfg.entropy_coeff != 0 or on_policy else None
 
         def loss_fn(module, micro):
             out = response_log_probs(module, micro, temperature, entropy)
+            if on_policy:
+                micro = {**micro, "old_log_probs": out["log_probs"].detach()}
             return compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
 
         spec = UpdateSpec(

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import Trajectory, render_continuation
-from verl.experimental.agent_loop.tool_parser import parse_tool_calls
+from verl.experimental.agent_loop.tool_parser import parameter_types, parse_tool_calls
 from verl.workers.rollout.http_front import JSONHandler, LoopbackHTTPServer, error_body
 from verl.workers.rollout.server_client import RolloutServerError, post_json
 
@@ -129,7 +129,7 @@ class ChatProxy:
         )
         episode.completions += 1
         episode.chain_completions += 1
-        message = self._message(tokens)
+        message = self._message(tokens, body.get("tools") or [])
         episode.history = [*normalised, _normalise(message)]
         return self._response(prompt_ids, tokens, out, message, body)
 
@@ -145,9 +145,9 @@ class ChatProxy:
             request["seed"] = int(seed) + 7919 * episode.completions
         return post_json(f"{episode.address}/generate", request, self.rollout.server.timeout_s)
 
-    def _message(self, tokens: list[int]) -> dict[str, Any]:
+    def _message(self, tokens: list[int], tools: list[dict[str, Any]]) -> dict[str, Any]:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        parsed = parse_tool_calls(text, self.rollout.multi_turn.format)
+        parsed = parse_tool_calls(text, self.rollout.multi_turn.format, parameter_types(tools))
         message: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
         if parsed.calls:
             message["tool_calls"] = [

@@ -20,6 +20,7 @@ loop's event loop: a tool that blocks (a subprocess, a network call) should ``aw
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
     render_continuation,
 )
-from verl.experimental.agent_loop.tool_parser import parse_tool_calls
+from verl.experimental.agent_loop.tool_parser import parameter_types, parse_tool_calls
 from verl.tools.schemas import OpenAIFunctionCall
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
@@ -60,6 +61,11 @@ class _Trajectory(Trajectory):
 
 @register("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
+    @functools.cached_property
+    def parameter_types(self) -> dict[str, dict[str, str]]:
+        """What the tools' schemas declare, for the XML call formats' text values."""
+        return parameter_types([tool.tool_schema.to_dict() for tool in self.tools.values()])
+
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = list(kwargs["raw_prompt"])
         schemas = [tool.tool_schema.to_dict() for tool in self.tools.values()]
@@ -97,7 +103,9 @@ class ToolAgentLoop(AgentLoopBase):
             if out.finish_reason == "length" or _reached(t.assistant_turns, cfg.max_assistant_turns):
                 return
             parsed = parse_tool_calls(
-                self.tokenizer.decode(out.token_ids, skip_special_tokens=True), cfg.format
+                self.tokenizer.decode(out.token_ids, skip_special_tokens=True),
+                cfg.format,
+                self.parameter_types,
             )
             if not parsed.calls and not parsed.errors:
                 return  # an answer: the trajectory is done

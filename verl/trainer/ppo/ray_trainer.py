@@ -27,6 +27,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from verl.algorithms.adv_registry import ADV_ESTIMATOR_REGISTRY
 from verl.algorithms.advantages import compute_advantage
 from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
 from verl.config.ppo_trainer import PPOTrainerConfig
@@ -84,6 +85,33 @@ PHASES: list[str] = []
 """The driver's phases being timed now, outermost first."""
 
 
+ESTIMATORS_READING_OLD_LOG_PROBS = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+
+def update_is_on_policy(config: PPOTrainerConfig) -> bool:
+    """True when the actor's update provably starts from the policy that generated the batch and
+    only the loss reads ``old_log_probs``: then the update takes them from its own forward
+    (``log_prob.detach()``, a ratio of exactly 1) and the separate forward is skipped
+    (``trainer.skip_on_policy_old_log_prob``). Estimators registered outside this package might
+    read them, so those keep the pass."""
+    actor, algo = config.actor_rollout_ref.actor, config.algorithm
+    estimator = ADV_ESTIMATOR_REGISTRY.get(algo.adv_estimator)
+    return (
+        config.trainer.skip_on_policy_old_log_prob
+        and config.trainer.mode == "sync"
+        and actor.ppo_epochs == 1
+        and actor.ppo_mini_batch_size >= config.data.train_batch_size  # one optimizer step per batch
+        and not algo.use_kl_in_reward  # the in-reward KL reads them before the update
+        and algo.rollout_correction.rollout_is is None
+        and algo.rollout_correction.rollout_rs is None
+        and not config.actor_rollout_ref.rollout.calculate_log_probs  # the rollout/trainer gap metrics
+        and not actor.calculate_sum_pi_squared
+        and estimator is not None
+        and estimator.__module__.startswith("verl.algorithms.")
+        and algo.adv_estimator not in ESTIMATORS_READING_OLD_LOG_PROBS
+    )
+
+
 class RayPPOTrainer:
     """Holds the data, the reward functions and the worker groups; ``fit()`` runs the loop."""
 
@@ -103,6 +131,7 @@ class RayPPOTrainer:
         self.val_reward_fn.check_data_sources(self.data.val_dataset.data_source_locations())
         self.tracker = builders.build_tracker(config)
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
+        self.update_is_on_policy = update_is_on_policy(config)
         self.global_steps = 0
         self.policy_version = 0  # the weight version the rollout runs; the driver owns the counter
         self.epoch = 0
@@ -186,7 +215,8 @@ class RayPPOTrainer:
                 batch, self.tokenizer, self.config.trainer.rollout_data_dir, self.global_steps
             )
             self._balance_batch(batch)
-            if not self.config.algorithm.rollout_correction.bypass_mode:  # bypass: the rollout's log-probs
+            # bypass: the rollout's log-probs; on-policy: the update's own forward (ratio 1)
+            if not (self.config.algorithm.rollout_correction.bypass_mode or self.update_is_on_policy):
                 with timed("old_log_prob", timing):
                     self._compute_old_log_prob(batch, metrics)
             if self.config.use_reference:

@@ -83,6 +83,35 @@ def response_tensors(
     }
 
 
+def assemble_responses(
+    prompts: DataProto,
+    outputs: list[tuple[list[int], list[float]]],
+    response_length: int,
+    pad_token_id: int,
+    eos_token_ids: list[int],
+    version: int,
+    with_log_probs: bool,
+) -> DataProto:
+    """The rollout layout from an engine's per-row ``(token ids, log-probs)`` of one call with one
+    weight ``version``: responses cut to ``response_length`` and right-padded, ``rollout_log_probs``
+    (with ``with_log_probs``) zero past each response's end."""
+    p = prompts.batch
+    responses = torch.full((len(outputs), response_length), pad_token_id, dtype=p["input_ids"].dtype)
+    log_probs = torch.zeros(len(outputs), response_length)
+    for i, (tokens, lps) in enumerate(outputs):
+        tokens, lps = tokens[:response_length], lps[:response_length]
+        responses[i, : len(tokens)] = torch.tensor(tokens, dtype=responses.dtype)
+        if with_log_probs:
+            log_probs[i, : len(lps)] = torch.tensor(lps)
+    versions = torch.full(responses.shape, version, dtype=torch.long)
+    tensors = response_tensors(
+        p["input_ids"], p["attention_mask"], p["position_ids"], responses, versions, eos_token_ids
+    )
+    if with_log_probs:
+        tensors["rollout_log_probs"] = log_probs * tensors["response_mask"]
+    return DataProto.from_dict(tensors, meta_info={"metrics": {}})
+
+
 class WeightSyncError(RuntimeError):
     """The rollout engine does not run the weights the trainer just sent."""
 

@@ -31,7 +31,7 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, response_tensors
+from verl.workers.rollout.base import Rollout, assemble_responses
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
@@ -215,25 +215,11 @@ class SGLangRollout(Rollout):
     def _assemble(
         self, prompts: DataProto, outputs: list[dict], params: Sampling, with_lp: bool, version: int
     ) -> DataProto:
-        length = params.response_length
-        responses = torch.full(
-            (len(outputs), length), self.pad_token_id, dtype=prompts.batch["input_ids"].dtype
-        )
-        log_probs = torch.zeros(len(outputs), length)
-        for i, output in enumerate(outputs):
-            tokens, lps = output_tokens(output, with_lp)
-            tokens, lps = tokens[:length], lps[:length]
-            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=responses.dtype)
-            log_probs[i, : len(lps)] = torch.tensor(lps)
+        rows = [output_tokens(output, with_lp) for output in outputs]
         eos = self.eos_token_ids if not params.ignore_eos else [-1]
-        p = prompts.batch
-        versions = torch.full(responses.shape, version, dtype=torch.long)
-        tensors = response_tensors(
-            p["input_ids"], p["attention_mask"], p["position_ids"], responses, versions, eos
+        return assemble_responses(
+            prompts, rows, params.response_length, self.pad_token_id, eos, version, with_lp
         )
-        if with_lp:
-            tensors["rollout_log_probs"] = log_probs * tensors["response_mask"]
-        return DataProto.from_dict(tensors, meta_info={"metrics": {}})
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         """Log-probs (temperature 1) of ``token_ids[1:]``: SGLang's prompt log-probs from position 0

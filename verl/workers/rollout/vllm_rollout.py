@@ -34,7 +34,7 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, response_tensors
+from verl.workers.rollout.base import Rollout, assemble_responses
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
@@ -187,24 +187,15 @@ class VLLMRollout(Rollout):
     def _assemble(
         self, prompts: DataProto, completions: list, params: Sampling, with_lp: bool, version: int
     ) -> DataProto:
-        batch, length = len(completions), params.response_length
-        responses = torch.full((batch, length), self.pad_token_id, dtype=prompts.batch["input_ids"].dtype)
-        log_probs = torch.zeros(batch, length)
-        for i, completion in enumerate(completions):
-            tokens = list(completion.token_ids)[:length]
-            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=responses.dtype)
-            if with_lp:
-                lps = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
-                log_probs[i, : len(lps)] = torch.tensor(lps)
+        rows = []
+        for completion in completions:
+            tokens = list(completion.token_ids)[: params.response_length]
+            lps = [step[t].logprob for step, t in zip(completion.logprobs, tokens)] if with_lp else []
+            rows.append((tokens, lps))
         eos = self.eos_token_ids if not params.ignore_eos else [-1]
-        p = prompts.batch
-        versions = torch.full(responses.shape, version, dtype=torch.long)  # one engine call, one version
-        tensors = response_tensors(
-            p["input_ids"], p["attention_mask"], p["position_ids"], responses, versions, eos
+        return assemble_responses(
+            prompts, rows, params.response_length, self.pad_token_id, eos, version, with_lp
         )
-        if with_lp:
-            tensors["rollout_log_probs"] = log_probs * tensors["response_mask"]
-        return DataProto.from_dict(tensors, meta_info={"metrics": {}})
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         """Log-probs (temperature 1) of ``token_ids[1:]`` under the engine's current weights."""

@@ -1,0 +1,47 @@
+"""When the old-log-prob forward may be skipped: only when the update is provably on-policy and
+nothing but the loss reads old_log_probs (the equality of the two paths is checked on a real run in
+tests/trainer/test_pinned_metrics.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.algorithms.adv_registry import ADV_ESTIMATOR_REGISTRY, register_adv_est
+from verl.config.ppo_trainer import load_config
+from verl.trainer.ppo.ray_trainer import update_is_on_policy
+
+
+@register_adv_est("test_estimator_reading_the_batch")
+def _custom(*, token_level_rewards, response_mask, batch=None, **kwargs):
+    return token_level_rewards, token_level_rewards
+
+
+def test_the_embedded_default_is_on_policy():
+    assert update_is_on_policy(load_config([]))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.skip_on_policy_old_log_prob=False",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",  # two optimizer steps per batch
+        "algorithm.use_kl_in_reward=True",
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "algorithm.adv_estimator=test_estimator_reading_the_batch",
+    ],
+)
+def test_anything_else_keeps_the_pass(override):
+    assert not update_is_on_policy(load_config([override]))
+
+
+def test_estimators_that_read_old_log_probs_keep_the_pass():
+    config = load_config(
+        [
+            "algorithm.adv_estimator=optimal_token_baseline",
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=True",
+        ]
+    )
+    assert not update_is_on_policy(config)
+    assert "test_estimator_reading_the_batch" in ADV_ESTIMATOR_REGISTRY
