@@ -31,6 +31,7 @@ BATCH_KEYS: dict[str, str] = {
     "rm_scores": "[B, R] scores written by a reward-model worker",
     "response_versions": "[B, R] policy version that generated each response token (async training)",
     "policy_version": "[B] policy version at the start of generation of each row",
+    "loss_mask": "[B, L] SFT only: 1 on the assistant's tokens (the targets), 0 elsewhere; sequences right-padded",
 }
 
 # Columns in ``DataProto.non_tensor_batch`` (1-D numpy object arrays).

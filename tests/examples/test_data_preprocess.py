@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.utils.dataset.char_tokenizer import CHAT_TEMPLATE as CHAT
 from tests.utils.dataset.char_tokenizer import make_char_tokenizer
 from verl.config.data import DataConfig
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -90,6 +91,26 @@ def test_gsm8k_from_local_jsonl(tmp_path):
         default_compute_score(row["data_source"], "... #### 1203", row["reward_model"]["ground_truth"]) == 1.0
     )
     assert len(load(tmp_path / "out" / "test.parquet")) == 2
+
+
+def test_gsm8k_sft_chats_train_on_the_reference_solution(tmp_path):
+    from verl.config.sft_trainer import SFTDataConfig
+    from verl.utils.dataset.sft_dataset import SFTDataset
+
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = [{"question": "What is 2+2?", "answer": "2+2=4\n#### 4"}]
+    for split in ("train", "test"):
+        (src / f"{split}.jsonl").write_text(json.dumps(rows[0]))
+    result = run_script("gsm8k_sft.py", "--local_dir", tmp_path / "out", "--local_dataset_path", src)
+    assert result.returncode == 0, result.stderr
+    data = SFTDataset(str(tmp_path / "out" / "train.parquet"), make_char_tokenizer(CHAT), SFTDataConfig())
+    item = data[0]
+    trained = [t for t, on in zip(item["input_ids"], item["loss_mask"]) if on]
+    assert (
+        data.tokenizer.decode(trained) == "2+2=4\n#### 4\n"
+    )  # the solution and the turn's end, nothing else
+    assert data.rows[0]["ground_truth"] == "4" and '"####"' in data.messages(0)[0][0]["content"]
 
 
 def test_gsm8k_bad_local_file_names_file_row_and_column(tmp_path):

@@ -200,6 +200,18 @@ def normalize_overrides(overrides: list[str], schema: type) -> list[str]:
     return out
 
 
+def strip_schema_plus(overrides: list[str], schema: type) -> list[str]:
+    """``+key=value`` -> ``key=value`` when ``schema`` has ``key`` (verl scripts add keys with ``+``
+    that verl's YAML lacks); other arguments are unchanged (an unknown key stays an error)."""
+    out = []
+    for arg in overrides:
+        match = _APPEND.match(arg)
+        out.append(
+            f"{match.group(1)}={match.group(2)}" if match and is_schema_key(schema, match.group(1)) else arg
+        )
+    return out
+
+
 def check_known_keys(cfg: DictConfig, path: str = "") -> None:
     """Fail on a key that ``+key=value`` added to a section of the schema (OmegaConf would carry
     it along and nothing would read it)."""

@@ -12,7 +12,11 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     merge = sub.add_parser("merge", help="write a Hugging Face model directory from a checkpoint")
     merge.add_argument("--backend", default="fsdp", help="fsdp (megatron is not supported here)")
-    merge.add_argument("--local_dir", required=True, help="the actor folder of a global_step_N checkpoint")
+    merge.add_argument(
+        "--local_dir",
+        required=True,
+        help="the actor (RL) or model (SFT) folder of a global_step_N checkpoint",
+    )
     merge.add_argument("--target_dir", required=True, help="where to write the Hugging Face model")
     merge.add_argument("--dtype", default="float32", help="weights dtype: float32 (default) or bfloat16")
     args = parser.parse_args(argv)

@@ -26,7 +26,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(
-            f"{hf_dir}/config.json is missing: --local_dir must be the actor (or critic) folder of a "
+            f"{hf_dir}/config.json is missing: --local_dir must be the actor (or critic; model for SFT) folder of a "
             "checkpoint, e.g. checkpoints/<project>/<experiment>/global_step_N/actor"
         )
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):

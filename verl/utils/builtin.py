@@ -27,9 +27,15 @@ CACHE_DIR_EXPR = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}"
 BUILTIN_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith"
 BUILTIN_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/train.parquet"
 BUILTIN_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/test.parquet"
+BUILTIN_SFT_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_train.parquet"
+BUILTIN_SFT_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_test.parquet"
 
 CHAR_VOCAB = ["<pad>", "<eos>", "<unk>", *"0123456789", "+", "="]
-CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+# the assistant's turn ends with EOS (what SFT trains the model to emit); a prompt renders as its text
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['content'] }}"
+    "{% if message['role'] == 'assistant' %}<eos>{% endif %}{% endfor %}"
+)
 SFT_STEPS = 40
 SFT_SEED = 0
 
@@ -63,6 +69,18 @@ def ensure_builtin_data(*paths: str) -> None:
         paths,
         lambda folder: write_arith_parquet(folder, train_size=10_000, test_size=200, seed=0),
         "the built-in arithmetic task",
+    )
+
+
+def ensure_builtin_sft_data(*paths: str) -> None:
+    """Write the arithmetic task's SFT chats if ``paths`` point at them and they are missing."""
+    from verl.utils.dataset.arith import write_arith_sft_parquet
+
+    write_task_once(
+        builtin_data_dir(),
+        tuple(p for p in paths if Path(p).expanduser().name.startswith("sft_")),
+        lambda folder: write_arith_sft_parquet(folder, train_size=10_000, test_size=200, seed=0),
+        "the built-in arithmetic task's SFT chats",
     )
 
 

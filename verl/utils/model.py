@@ -109,7 +109,10 @@ class TokenizerSource:
 
 
 def resolve_tokenizer_source(
-    model_config, data_tokenizer: str | None = None, data_trust_remote_code: bool = False
+    model_config,
+    data_tokenizer: str | None = None,
+    data_trust_remote_code: bool = False,
+    section: str = "actor_rollout_ref.model",
 ) -> TokenizerSource:
     """``data.tokenizer``, else ``model.tokenizer_path``, else ``model.path``; remote code is
     allowed when ``model.trust_remote_code`` or ``data.trust_remote_code`` allows it. The model's
@@ -117,10 +120,10 @@ def resolve_tokenizer_source(
     if data_tokenizer:
         path, key, gguf_file = data_tokenizer, "data.tokenizer", None
     elif model_config.tokenizer_path:
-        path, key = model_config.tokenizer_path, "actor_rollout_ref.model.tokenizer_path"
+        path, key = model_config.tokenizer_path, f"{section}.tokenizer_path"
         gguf_file = model_config.gguf_file
     else:
-        path, key, gguf_file = model_config.path, "actor_rollout_ref.model.path", model_config.gguf_file
+        path, key, gguf_file = model_config.path, f"{section}.path", model_config.gguf_file
     return TokenizerSource(
         path=path,
         trust_remote_code=model_config.trust_remote_code or data_trust_remote_code,
@@ -149,12 +152,15 @@ def _hf_config(path: str, override: dict[str, Any], trust_remote_code: bool, ggu
     return config
 
 
-def load_causal_lm(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """The policy: ``AutoModelForCausalLM`` with ``model.override_config`` applied."""
+def load_causal_lm(
+    model_config, dtype: torch.dtype = torch.float32, section: str = "actor_rollout_ref.model"
+) -> nn.Module:
+    """The policy: ``AutoModelForCausalLM`` with ``model.override_config`` applied (``section``: the
+    config section ``model_config`` came from, named in errors)."""
     from transformers import AutoModelForCausalLM
 
     _import_external(model_config.external_lib)
-    key = "actor_rollout_ref.model.path"
+    key = f"{section}.path"
     config = _hf_config(
         model_config.path,
         model_config.override_config,

@@ -24,6 +24,8 @@ KEY_METRICS: dict[str, str] = {
     "response_length/mean": "resp_len",
     "actor/entropy": "entropy",
     "timing_s/step": "step_s",
+    "train/loss": "loss",  # SFT
+    "val/loss": "val_loss",  # SFT
 }
 _BAR_FORMAT = (
     "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed} elapsed, ETA {remaining}]{postfix}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from verl.utils.dataset.schema import make_row, write_splits
 
-__all__ = ["ARITH_DATA_SOURCE", "make_arith_rows", "write_arith_parquet"]
+__all__ = ["ARITH_DATA_SOURCE", "make_arith_rows", "write_arith_parquet", "write_arith_sft_parquet"]
 
 ARITH_DATA_SOURCE = "arith"
 
@@ -57,3 +57,25 @@ def write_arith_parquet(
         local_dir,
     )
     return paths["train"], paths["test"]
+
+
+def write_arith_sft_parquet(
+    local_dir: str | os.PathLike, train_size: int, test_size: int, seed: int
+) -> tuple[Path, Path]:
+    """Write ``sft_train.parquet`` and ``sft_test.parquet``: chats ``[user: "a+b=", assistant: "s"]``
+    (the ``messages`` column of the SFT trainer) drawn from streams of their own (split ``sft_*``)."""
+    from verl.utils.dataset.schema import write_parquet
+
+    paths = []
+    for split, size in (("sft_train", train_size), ("sft_test", test_size)):
+        rows = [
+            {
+                "messages": [
+                    {"role": "user", "content": row["prompt"][0]["content"]},
+                    {"role": "assistant", "content": row["reward_model"]["ground_truth"]},
+                ]
+            }
+            for row in make_arith_rows(size, seed, split)
+        ]
+        paths.append(write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet"))
+    return paths[0], paths[1]

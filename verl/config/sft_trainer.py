@@ -1,0 +1,341 @@
+"""The schema of ``python -m verl.trainer.sft_trainer`` (supervised fine-tuning).
+
+The sections and keys are verl's SFT keys: ``data.*``, ``model.*``, ``engine.*`` (the FSDP
+settings), ``optim.*``, ``checkpoint.*``, ``trainer.*``. The model, engine, optimizer and
+checkpoint sections are the ones RL uses (:mod:`verl.config.actor`, :mod:`verl.config.engine`);
+the older ``fsdp_sft_trainer`` spellings (``model.partial_pretrain``, ``data.multiturn.*``,
+``optim.warmup_steps_ratio``, ``optim.lr_scheduler``, ``data.micro_batch_size``) are converted at
+start-up and logged. ``verl/trainer/config/sft_trainer.yaml`` is the embedded-default preset.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from verl.config.actor import ModelConfig
+from verl.config.base import ConfigError, check, check_choice
+from verl.config.compat import check_known_keys, get_key, set_key
+from verl.config.data import CustomDatasetClassConfig
+from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.trainer import LOGGERS
+
+logger = logging.getLogger(__name__)
+
+SFT_SCHEMA_NAME = "sft_trainer_schema"
+TRUNCATIONS = ("error", "left", "right")
+PAD_MODES = ("no_padding", "right")
+
+
+@dataclass
+class MultiturnConfig:
+    enable: bool = False
+    """fsdp_sft_trainer's switch to the messages column; with it the file must have one (without it, a file
+    with the messages column is read as chats anyway, one with prompt/response columns as pairs)."""
+    messages_key: str | None = None
+    """fsdp_sft_trainer's spelling of data.messages_key (converted onto it when set)."""
+    tools_key: str | None = None
+    """fsdp_sft_trainer's spelling of data.tools_key (converted onto it when set)."""
+
+
+@dataclass
+class SFTDataConfig:
+    train_files: Any = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}/data/arith/sft_train.parquet"
+    """Training parquet file(s): a path or a list; each row is a chat (messages_key) or a prompt/response pair."""
+    val_files: Any = None
+    """Validation parquet file(s); null: no validation loss."""
+    train_batch_size: int = 256
+    """Rows per optimizer step, over all ranks."""
+    micro_batch_size_per_gpu: int = 4
+    """Rows per forward/backward on one rank (also the validation batch); ignored with use_dynamic_bsz."""
+    micro_batch_size: int | None = None
+    """Deprecated global micro batch size (fsdp_sft_trainer); converted to micro_batch_size_per_gpu =
+    micro_batch_size // world size at start-up."""
+    use_dynamic_bsz: bool = True
+    """Fill micro-batches up to max_token_len_per_gpu tokens instead of a fixed row count."""
+    max_token_len_per_gpu: int = 8192
+    """Token budget of one micro-batch with use_dynamic_bsz."""
+    train_max_samples: int = -1
+    """Use only the first N training rows (-1: all)."""
+    val_max_samples: int = -1
+    """Use only the first N validation rows (-1: all)."""
+    messages_key: str = "messages"
+    """Column with the chat: a list of {role, content[, tool_calls]} (or its JSON text)."""
+    tools_key: str = "tools"
+    """Column with the row's tool schemas (OpenAI function format; list or JSON text), passed to the chat
+    template; a missing column means no tools."""
+    enable_thinking_key: str = "enable_thinking"
+    """Column with a per-row enable_thinking flag for the chat template (missing column: enable_thinking_default)."""
+    enable_thinking_default: Any = None
+    """enable_thinking passed to the chat template when the row has none (null: not passed)."""
+    prompt_key: str = "prompt"
+    """Pair mode: the prompt column (a string, or a list of chat messages)."""
+    response_key: str = "response"
+    """Pair mode: the response column (a string), trained on as one assistant turn."""
+    multiturn: MultiturnConfig = field(default_factory=MultiturnConfig)
+    """fsdp_sft_trainer's multi-turn keys."""
+    max_length: int = 1024
+    """Longest tokenized row; longer rows follow truncation."""
+    truncation: str = "error"
+    """A row longer than max_length: error (names the file and row) | left (keep the end) | right (keep the start)."""
+    pad_mode: str = "no_padding"
+    """verl: no_padding (packed) or right. Here micro-batches are right-padded to their own longest row either
+    way, so both values train identically."""
+    balance_dp_token: bool = False
+    """verl: not implemented there either; use trainer.balance_batch (no effect here)."""
+    custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
+    """A dataset class of your own (path: a .py file, name: the class), built as cls(data_files=...,
+    tokenizer=..., config=..., max_samples=...); its items are dicts with input_ids and loss_mask (int lists)."""
+    use_shm: bool = False
+    """verl: copy the data to /dev/shm first. No effect here (read in place)."""
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of tokenizer.apply_chat_template."""
+    num_workers: int = 8
+    """verl: data-loader worker processes. No effect here: rows are tokenized in the training process, which
+    keeps the loader's position exact for resume."""
+    ignore_input_ids_mismatch: bool = False
+    """verl: accept rows whose chat template renders a prefix of the chat differently from the whole chat. Only
+    False is supported: such a row is an error naming it (the assistant tokens could not be located exactly)."""
+    shuffle: bool = True
+    """Shuffle the training rows every epoch (a seeded order: trainer.seed)."""
+
+    def validate(self, path: str) -> None:
+        check(
+            self.train_batch_size > 0, f"{path}.train_batch_size", "a positive number", self.train_batch_size
+        )
+        check(
+            self.micro_batch_size_per_gpu > 0,
+            f"{path}.micro_batch_size_per_gpu",
+            "a positive number",
+            self.micro_batch_size_per_gpu,
+        )
+        check(self.max_length > 0, f"{path}.max_length", "a positive number", self.max_length)
+        check(
+            not self.use_dynamic_bsz or self.max_token_len_per_gpu >= self.max_length,
+            f"{path}.max_token_len_per_gpu",
+            f"at least data.max_length ({self.max_length}) with use_dynamic_bsz (a row must fit a micro-batch)",
+            self.max_token_len_per_gpu,
+        )
+        check_choice(self.truncation, TRUNCATIONS, f"{path}.truncation")
+        check_choice(self.pad_mode, PAD_MODES, f"{path}.pad_mode")
+        check(
+            not self.ignore_input_ids_mismatch,
+            f"{path}.ignore_input_ids_mismatch",
+            "False (a row whose chat prefix renders differently is an error naming it)",
+            self.ignore_input_ids_mismatch,
+        )
+        self.custom_cls.validate(f"{path}.custom_cls")
+
+
+@dataclass
+class SFTModelConfig(ModelConfig):
+    partial_pretrain: str | None = None
+    """fsdp_sft_trainer's spelling of model.path (converted onto it when set)."""
+    exclude_modules: Any = None
+    """LoRA: modules left out of target_modules (LoRA is not implemented yet: only used with lora_rank>0)."""
+    fsdp_config: FSDPConfig | None = None
+    """fsdp_sft_trainer's spelling of the engine section (converted onto engine when set)."""
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        check(
+            self.lora_rank == 0,
+            f"{path}.lora_rank",
+            "0 (LoRA is not implemented yet: SFT trains all weights)",
+            self.lora_rank,
+        )
+        check(
+            self.lora_adapter_path is None,
+            f"{path}.lora_adapter_path",
+            "null (LoRA is not implemented yet)",
+            self.lora_adapter_path,
+        )
+
+
+@dataclass
+class SFTOptimConfig(OptimConfig):
+    warmup_steps_ratio: float | None = None
+    """fsdp_sft_trainer's spelling of lr_warmup_steps_ratio (converted onto it when set)."""
+    lr_scheduler: str | None = None
+    """fsdp_sft_trainer's spelling of lr_scheduler_type (converted onto it when set)."""
+
+
+@dataclass
+class SFTTrainerSection:
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    """Checkpoint root: global_step_N/{model/, driver.pt} and latest_checkpointed_iteration.txt."""
+    default_hdfs_dir: str | None = None
+    """verl: copy checkpoints to HDFS. Must stay null (no HDFS client here)."""
+    project_name: str = "gsm8k-sft"
+    """Project name for loggers and the checkpoint dir."""
+    experiment_name: str = "test"
+    """Run name for loggers and the checkpoint dir."""
+    total_epochs: int = 4
+    """Passes over the training data."""
+    total_training_steps: int | None = None
+    """Stop after this many optimizer steps (overrides total_epochs when set)."""
+    logger: Any = field(default_factory=lambda: ["console", "wandb"])
+    """Loggers: a list of console, file, tensorboard, wandb, mlflow, or one name."""
+    seed: int = 1
+    """Seed of the data order and of torch (every rank the same)."""
+    save_freq: int = -1
+    """Save a checkpoint every N steps and after the last (-1: never)."""
+    test_freq: int = -1
+    """Compute the validation loss every N steps (-1: only before training and after the last step)."""
+    val_before_train: bool = True
+    """Compute the validation loss once before the first step (the 'before' of before-and-after)."""
+    max_ckpt_to_keep: int | None = None
+    """Keep only the newest N checkpoints (null: all)."""
+    balance_batch: bool = True
+    """Give every data-parallel rank a similar number of tokens (rows dealt by length)."""
+    resume_mode: str = "auto"
+    """auto (resume from the latest checkpoint if any) | disable | resume_path."""
+    resume_from_path: str | None = None
+    """Checkpoint dir (global_step_N) to resume from when resume_mode=resume_path."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu) | cuda | cpu."""
+    nnodes: int = 1
+    """verl: nodes of the torchrun job. Informational here: the world size comes from torchrun's environment."""
+    n_gpus_per_node: int = 1
+    """verl: processes per node of the torchrun job. Informational here: the world size comes from torchrun."""
+    profile_interval: list[int] = field(default_factory=lambda: [-1, -1])
+    """verl: steps to profile. No effect here (no profiler hooks in the SFT loop)."""
+    nccl_timeout: float = 600.0
+    """Seconds a collective may wait before the process group fails (instead of hanging)."""
+
+    def validate(self, path: str) -> None:
+        if isinstance(self.logger, str):
+            self.logger = [self.logger]
+        for name in self.logger:
+            check_choice(name, LOGGERS, f"{path}.logger")
+        check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
+        check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
+        check(self.total_epochs > 0, f"{path}.total_epochs", "a positive number", self.total_epochs)
+        check(
+            self.default_hdfs_dir is None,
+            f"{path}.default_hdfs_dir",
+            "null (no HDFS client here; copy default_local_dir yourself)",
+            self.default_hdfs_dir,
+        )
+
+
+@dataclass
+class SFTTrainerConfig:
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    """Chats (or prompt/response pairs), batch sizes and tokenization."""
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    """The model to fine-tune (the RL policy's model keys)."""
+    engine: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP sharding and dtypes (the RL roles' fsdp_config keys)."""
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    """AdamW and the LR schedule (clip_grad is the gradient-norm clip)."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """What a checkpoint holds and what resume restores."""
+    trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
+    """Loop length, devices, logging, checkpoints."""
+
+    def validate(self) -> None:
+        for section in fields(self):
+            getattr(self, section.name).validate(section.name)
+        check(
+            self.engine.ulysses_sequence_parallel_size == 1,
+            "engine.ulysses_sequence_parallel_size",
+            "1 (sequence parallelism is not implemented yet)",
+            self.engine.ulysses_sequence_parallel_size,
+        )
+
+
+ConfigStore.instance().store(name=SFT_SCHEMA_NAME, node=SFTTrainerConfig)
+
+
+# fsdp_sft_trainer's spellings -> the keys read here
+SFT_ALIASES = {
+    "model.partial_pretrain": "model.path",
+    "model.fsdp_config": "engine",
+    "data.multiturn.messages_key": "data.messages_key",
+    "data.multiturn.tools_key": "data.tools_key",
+    "optim.warmup_steps_ratio": "optim.lr_warmup_steps_ratio",
+    "optim.lr_scheduler": "optim.lr_scheduler_type",
+    "optim.warmup_style": "optim.lr_scheduler_type",
+}
+
+
+def convert_sft_aliases(config: SFTTrainerConfig) -> list[str]:
+    """The old spellings of :data:`SFT_ALIASES` onto the keys read here (in place); a note for each."""
+    notes = []
+    for old, new in SFT_ALIASES.items():
+        value = get_key(config, old)
+        if value is None:
+            continue
+        set_key(config, new, value)
+        set_key(config, old, None)
+        notes.append(f"{old} -> {new}")
+    return notes
+
+
+# accepted for verl's scripts, no effect here (each field's doc says why); noted when set
+SFT_INERT_KEYS = (
+    "data.pad_mode",
+    "data.balance_dp_token",
+    "data.use_shm",
+    "data.num_workers",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "trainer.profile_interval",
+    "model.use_remove_padding",
+    "model.enable_activation_offload",
+    "model.use_liger",
+    "model.use_fused_kernels",
+    "model.use_shm",
+    "model.torch_dtype",
+    "checkpoint.strict",
+    "engine.param_offload",
+    "engine.optimizer_offload",
+    "engine.offload_policy",
+    "engine.fsdp_size",
+    "engine.forward_prefetch",
+    "engine.use_orig_params",
+)
+
+
+def inert_key_notes(config: SFTTrainerConfig) -> list[str]:
+    """One note per key of :data:`SFT_INERT_KEYS` set away from its default."""
+    default = SFTTrainerConfig()
+    return [
+        f"{key}={get_key(config, key)!r} has no effect here (see its doc: --cfg job or verl/config)"
+        for key in SFT_INERT_KEYS
+        if get_key(config, key) != get_key(default, key)
+    ]
+
+
+def to_typed_sft_config(cfg: DictConfig) -> SFTTrainerConfig:
+    """Unknown ``+`` keys refused, interpolations resolved, aliases converted (logged), validated."""
+    check_known_keys(cfg)
+    typed = OmegaConf.to_object(cfg)
+    if not isinstance(typed, SFTTrainerConfig):
+        raise ConfigError(f"expected an sft_trainer config, got {type(typed).__name__}")
+    for note in convert_sft_aliases(typed):
+        logger.warning("config note: converted %s", note)
+    typed.validate()
+    for note in inert_key_notes(typed):
+        logger.warning("config note: %s", note)
+    return typed
+
+
+def load_sft_config(overrides: list[str] | None = None, config_dir: str | None = None) -> SFTTrainerConfig:
+    """Compose the config as ``python -m verl.trainer.sft_trainer`` would (for scripts and tests)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from verl.config.compat import strip_schema_plus
+    from verl.config.ppo_trainer import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    overrides = strip_schema_plus(list(overrides or []), SFTTrainerConfig)
+    with initialize_config_dir(config_dir=config_dir or CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="sft_trainer", overrides=overrides)
+    return to_typed_sft_config(cfg)
