@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.example_scripts import REPO, script_command
+from tests.trainer.fit import fit_trainer
 from verl.config.ppo_trainer import load_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 ACC = "val-core/arith/acc/mean@1"
 FAMILIES = {
@@ -37,12 +37,7 @@ def test_family_improves_the_default_task(family):
         ]
     )
     assert config.algorithm.adv_estimator == family
-    trainer = RayPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
+    trainer = fit_trainer(config)
     (first_step, first), (last_step, last) = trainer.validator.history[0], trainer.validator.history[-1]
     assert (first_step, last_step) == (0, STEPS)
     assert last[ACC] >= first[ACC] + MIN_GAIN, f"{family}: accuracy {first[ACC]:.3f} -> {last[ACC]:.3f}"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.fit import fit_trainer
 from verl.config.ppo_trainer import load_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 RECORD = Path(__file__).parent / "pinned" / "grpo_2_steps.json"
 UNPINNED = ("timing_s/", "timing_per_token_ms/", "perf/", "throughput", "actor/lr_", "memory")
@@ -48,12 +48,7 @@ def test_a_seeded_run_logs_the_recorded_metrics(tmp_path, monkeypatch, skip_old_
         ]
     )
     monkeypatch.chdir(tmp_path)  # logs/ (the file logger) goes here
-    trainer = RayPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
+    fit_trainer(config)
     lines = (tmp_path / "logs/pinned/run/metrics.jsonl").read_text().splitlines()
     stream = [pinned(json.loads(line)) for line in lines]
     if os.environ.get("VERL_RECORD_PINNED") == "1" and skip_old_log_prob:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.fit import fit_trainer
 from verl.config.base import ConfigError
 from verl.config.sft_trainer import load_sft_config
 from verl.trainer.sft_trainer import SFTTrainer, run_sft
@@ -39,7 +40,7 @@ def test_verl_spellings_are_converted_and_bad_keys_named(caplog):
     assert config.optim.lr_warmup_steps_ratio == 0.1 and config.optim.lr_scheduler_type == "cosine"
     assert config.data.messages_key == "chat" and config.data.max_length == 32
     with pytest.raises(ConfigError, match=r"model.lora_rank"):
-        load_sft_config(["model.lora_rank=8"])
+        load_sft_config(["model.lora_rank=-1"])
     with pytest.raises(ConfigError, match=r"data.truncation"):
         load_sft_config(["data.truncation=middle"])
     with pytest.raises(Exception, match=r"no_such_key"):
@@ -170,10 +171,14 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("builtin_assets")
-def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets):
+@pytest.mark.parametrize("weights", ["full", "lora"])
+def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets, weights):
     """verl's older entry point and spelling under torchrun (2 CPU ranks, FSDP2 over gloo) gives the
-    same losses as one process; the checkpoint it writes exports to a model with the same val loss."""
+    same losses as one process, with all weights trained or LoRA adapters; the checkpoint it writes
+    exports to a model with the same val loss."""
     run = ["trainer.total_training_steps=3", "trainer.save_freq=3", "data.val_max_samples=64"]
+    if weights == "lora":
+        run += ["model.lora_rank=8", "optim.lr=3e-3"]
     code, out = finish(start(tmp_path / "one", sft_args(tmp_path / "one", *run)))
     assert code == 0, out[-3000:]
     two = tmp_path / "two"
@@ -229,7 +234,6 @@ def test_rl_from_the_sft_checkpoint_learns(tmp_path, monkeypatch):
     """SFT writes a loadable model into its checkpoint (``hf_model``); GRPO started from it raises the
     greedy accuracy."""
     from verl.config.ppo_trainer import load_config
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     monkeypatch.chdir(tmp_path)
     sft = [f"trainer.total_training_steps={SFT_STEPS}", f"trainer.save_freq={SFT_STEPS}"]
@@ -247,12 +251,7 @@ def test_rl_from_the_sft_checkpoint_learns(tmp_path, monkeypatch):
             "data.val_max_samples=200",
         ]
     )
-    trainer = RayPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
+    trainer = fit_trainer(config)
     rows = [json.loads(row) for row in (tmp_path / "logs/rl/run/metrics.jsonl").open()]
     scores = [row["critic/score/mean"] for row in rows if "critic/score/mean" in row]
     assert len(scores) == RL_STEPS

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from tests.example_scripts import REPO, script_command
+from tests.trainer.fit import fit_trainer
 from verl.config.ppo_trainer import load_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"
 ACC = "val-core/arith/acc/mean@1"
@@ -35,12 +35,7 @@ def test_the_default_task_learns_with_a_vllm_rollout(tmp_path, monkeypatch):
     config = load_config([*overrides, *run, *names])
     assert config.actor_rollout_ref.rollout.name == "vllm"
     monkeypatch.chdir(tmp_path)  # logs/ (the file logger) goes here
-    trainer = RayPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
+    trainer = fit_trainer(config)
     (first_step, first), (last_step, last) = trainer.validator.history[0], trainer.validator.history[-1]
     assert (first_step, last_step) == (0, STEPS)
     print(f"vllm run: {first[ACC]:.3f} -> {last[ACC]:.3f}")

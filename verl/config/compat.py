@@ -83,7 +83,6 @@ _REGISTER_ONLY = (
     "reward managers are looked up by name: register yours with @register_reward_manager in a module "
     "imported through actor_rollout_ref.model.external_lib, then set reward_model.reward_manager"
 )
-_NO_LORA = "LoRA is not implemented yet: train all weights (lora_rank=0, lora_adapter_path=null)"
 _NO_SP = "sequence parallelism is not supported yet"
 # key -> (the one accepted value, why / what to use instead)
 REFUSED_KEYS: dict[str, tuple[Any, str]] = {
@@ -103,8 +102,6 @@ REFUSED_KEYS: dict[str, tuple[Any, str]] = {
         "multi_turn.tool_config_path",
     ),
     "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": (None, "not supported yet; use rollout.n"),
-    "actor_rollout_ref.model.lora_rank": (0, _NO_LORA),
-    "actor_rollout_ref.model.lora_adapter_path": (None, _NO_LORA),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1, _NO_SP),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": (1, _NO_SP),
     "critic.ulysses_sequence_parallel_size": (1, _NO_SP),

@@ -309,6 +309,9 @@ _FSDP_INERT = (
     "forward_prefetch",
     "use_orig_params",  # an FSDP1 option: FSDP2 always trains the original parameters
 )
+LORA_ONLY_KEYS = tuple(
+    f"actor_rollout_ref.model.{key}" for key in ("lora_alpha", "target_modules", "exclude_modules")
+)
 ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a prefix covers its section)
     "data.use_shm",
     "data.dataloader_num_workers",
@@ -323,8 +326,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.model.use_fused_kernels",
     "actor_rollout_ref.model.use_shm",
     "actor_rollout_ref.model.torch_dtype",
-    "actor_rollout_ref.model.lora_alpha",
-    "actor_rollout_ref.model.target_modules",
     "actor_rollout_ref.actor.strategy",
     "actor_rollout_ref.actor.use_torch_compile",
     "actor_rollout_ref.actor.checkpoint.strict",  # Megatron's mbridge export check
@@ -391,6 +392,9 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(SERVER_ONLY_KEYS)
     if not config.actor_rollout_ref.rollout.uses_agent_loop:
         inert.update(AGENT_LOOP_KEYS)
+    model = config.actor_rollout_ref.model
+    if model.lora_rank == 0 and not model.lora_adapter_path:
+        inert.update(LORA_ONLY_KEYS)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     found = set(noted_extra_keys(config))
     for key in inert:

@@ -135,24 +135,16 @@ class SFTDataConfig:
 class SFTModelConfig(ModelConfig):
     partial_pretrain: str | None = None
     """fsdp_sft_trainer's spelling of model.path (converted onto it when set)."""
-    exclude_modules: Any = None
-    """LoRA: modules left out of target_modules (LoRA is not implemented yet: only used with lora_rank>0)."""
     fsdp_config: FSDPConfig | None = None
     """fsdp_sft_trainer's spelling of the engine section (converted onto engine when set)."""
 
     def validate(self, path: str) -> None:
         super().validate(path)
         check(
-            self.lora_rank == 0,
+            self.lora_rank >= 0,
             f"{path}.lora_rank",
-            "0 (LoRA is not implemented yet: SFT trains all weights)",
+            "0 (train all weights) or a positive LoRA rank",
             self.lora_rank,
-        )
-        check(
-            self.lora_adapter_path is None,
-            f"{path}.lora_adapter_path",
-            "null (LoRA is not implemented yet)",
-            self.lora_adapter_path,
         )
 
 
@@ -305,9 +297,12 @@ SFT_INERT_KEYS = (
 def inert_key_notes(config: SFTTrainerConfig) -> list[str]:
     """One note per key of :data:`SFT_INERT_KEYS` set away from its default."""
     default = SFTTrainerConfig()
+    keys = list(SFT_INERT_KEYS)
+    if config.model.lora_rank == 0 and not config.model.lora_adapter_path:
+        keys += ["model.lora_alpha", "model.target_modules", "model.exclude_modules"]  # LoRA is off
     return [
         f"{key}={get_key(config, key)!r} has no effect here (see its doc: --cfg job or verl/config)"
-        for key in SFT_INERT_KEYS
+        for key in keys
         if get_key(config, key) != get_key(default, key)
     ]
 

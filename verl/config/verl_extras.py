@@ -44,7 +44,14 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
         (r"(^|\.)mtp(\.|$)", f"multi-token prediction {_NOT_HERE}"),
         (r"(^|\.)turbo_config\.", f"verl's FSDP turbo engine {_NOT_HERE}"),
         (r"(^|\.)tiled_mlp\.", f"tiled MLP {_NOT_HERE}"),
-        (r"\.lora\.", "LoRA is not implemented yet (see lora_rank)"),
+        (
+            r"\.lora\.",
+            "the Megatron-style LoRA section (model.lora.*) is not supported; use model.lora_rank, lora_alpha, target_modules",
+        ),
+        (
+            r"^critic\.model\.(lora_rank|lora_adapter_path)$",
+            f"LoRA for the critic {_NOT_HERE} (the policy's is: actor_rollout_ref.model.lora_rank)",
+        ),
         (r"(^|\.)disaggregation\.", f"prefill/decode disaggregation {_NOT_HERE}"),
         (r"^distillation\.", f"distillation {_NOT_HERE}"),
         (r"^transfer_queue\.", f"the transfer queue {_NOT_HERE}"),

@@ -14,6 +14,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from verl.utils.model import save_hf_files
+from verl.workers.engine.lora import ADAPTER_DIR, adapter_items
 
 HF_SUBDIR = "huggingface"
 
@@ -37,11 +38,43 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {dtype!r}")
-    config = AutoConfig.from_pretrained(hf_dir)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=local_dir)  # fills the model's tensors in place
-    model.load_state_dict(state["model"])
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    adapter_dir = os.path.join(hf_dir, ADAPTER_DIR)
+    if os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
+        model, adapter = _merge_lora(local_dir, adapter_dir)
+    else:
+        config = AutoConfig.from_pretrained(hf_dir)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        state = {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=local_dir)  # fills the model's tensors in place
+        model.load_state_dict(state["model"])
+        adapter = None
     model.to(torch_dtype)
-    save_hf_files(model, AutoTokenizer.from_pretrained(hf_dir), target_dir, model.state_dict())
+    save_hf_files(model, tokenizer, target_dir, model.state_dict(), adapter)
     return os.path.abspath(target_dir)
+
+
+def _merge_lora(local_dir: str, adapter_dir: str):
+    """A LoRA checkpoint holds the adapters only: the base model is read from the adapter config's
+    ``base_model_name_or_path`` (the run's ``model.path``), the adapters from the shards; returns the
+    merged model and (peft config, adapter tensors) to write next to it."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = LoraConfig.from_pretrained(adapter_dir)
+    base_path = config.base_model_name_or_path
+    if not base_path or not os.path.isfile(os.path.join(os.path.expanduser(base_path), "config.json")):
+        raise FileNotFoundError(
+            f"{adapter_dir}/adapter_config.json names the base model {base_path!r}, which is not a model folder "
+            "here; the merger needs the base weights the adapters were trained on"
+        )
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(os.path.expanduser(base_path), dtype=torch.float32), config
+    )
+    state = {"model": {k: v for k, v in model.state_dict().items() if ".lora_" in k}}
+    dcp.load(state, checkpoint_id=local_dir)
+    missing = model.load_state_dict(state["model"], strict=False).unexpected_keys
+    if missing:
+        raise ValueError(f"{local_dir}: adapter tensors the model does not have: {missing[:3]}")
+    adapter = adapter_items(state["model"].items())
+    return model.merge_and_unload(), (config, adapter)

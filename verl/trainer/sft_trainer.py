@@ -53,6 +53,7 @@ from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokeni
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.lora import ADAPTER, apply_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 
 logger = logging.getLogger(__name__)
@@ -143,8 +144,11 @@ class SFTTrainer:
         )
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
+        module = load_causal_lm(model, section="model")
+        if model.lora_rank > 0 or model.lora_adapter_path:
+            module = apply_lora(module, model)
         self.engine = FSDPEngine(
-            load_causal_lm(model, section="model"),
+            module,
             self.device,
             config.engine,
             optim=config.optim,
@@ -306,8 +310,12 @@ class SFTTrainer:
             {"torch_rng": torch.get_rng_state()}, os.path.join(model_dir, f"worker_rank_{self.rank}.pt")
         )
         full = self.engine.full_model_state_dict_on_cpu() if "hf_model" in contents else None
+        adapter = None
+        if self.engine.lora:
+            adapter = (self.engine.module.peft_config[ADAPTER], self.engine.adapter_state_dict_on_cpu())
         if self.rank == 0:
-            save_hf_files(self.engine.module, self.tokenizer, os.path.join(model_dir, "huggingface"), full)
+            target = os.path.join(model_dir, "huggingface")
+            save_hf_files(self.engine.hf_module, self.tokenizer, target, full, adapter)
         _barrier()
         if self.rank == 0:
             checkpoint.fault_point("sft_kill_during_save", self.global_step)

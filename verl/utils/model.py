@@ -224,10 +224,18 @@ def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
     return ids
 
 
-def save_hf_files(module: nn.Module, tokenizer, target: str, state_dict: dict | None = None) -> None:
+def save_hf_files(
+    module: nn.Module,
+    tokenizer,
+    target: str,
+    state_dict: dict | None = None,
+    adapter: tuple[Any, dict[str, torch.Tensor]] | None = None,
+) -> None:
     """``target``: the model's config, generation config and tokenizer, plus its weights as
-    safetensors when ``state_dict`` (full, on CPU) is given. Written to a temporary sibling and
-    renamed into place, so a reader never sees half a directory."""
+    safetensors when ``state_dict`` (full, on CPU) is given, plus ``lora_adapter/`` (peft's
+    ``adapter_config.json`` and ``adapter_model.safetensors``) when ``adapter`` = (peft config,
+    adapter tensors) is given. Written to a temporary sibling and renamed into place, so a reader
+    never sees half a directory."""
     import shutil
     import tempfile
 
@@ -242,6 +250,16 @@ def save_hf_files(module: nn.Module, tokenizer, target: str, state_dict: dict | 
             if getattr(module, "generation_config", None) is not None:
                 module.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if adapter is not None:
+            from safetensors.torch import save_file
+
+            peft_config, tensors = adapter
+            adapter_dir = os.path.join(tmp, "lora_adapter")
+            peft_config.save_pretrained(adapter_dir)
+            save_file(
+                {k: v.contiguous() for k, v in tensors.items()},
+                os.path.join(adapter_dir, "adapter_model.safetensors"),
+            )
         if os.path.exists(target):
             shutil.rmtree(target)
         os.replace(tmp, target)

@@ -31,6 +31,7 @@ from verl.utils.model import (
 )
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.lora import ADAPTER, apply_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
@@ -77,10 +78,12 @@ class ActorRolloutRefWorker(Worker):
         model_cfg = self.config.model
         torch.manual_seed(self.config.rollout.seed + self.rank)
         self.tokenizer = load_tokenizer_from(self.tokenizer_source)
+        use_lora = model_cfg.lora_rank > 0 or bool(model_cfg.lora_adapter_path)
         if self.is_actor:
             actor_cfg = self.config.actor
+            module = load_causal_lm(model_cfg)
             self.actor = FSDPEngine(
-                load_causal_lm(model_cfg),
+                apply_lora(module, model_cfg) if use_lora else module,
                 self.device,
                 actor_cfg.fsdp_config,
                 optim=actor_cfg.optim,
@@ -90,7 +93,7 @@ class ActorRolloutRefWorker(Worker):
             self.shuffle_generator = torch.Generator().manual_seed(
                 (actor_cfg.data_loader_seed or 0) + self.rank
             )
-        if self.is_ref:
+        if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
             self.ref = FSDPEngine(load_causal_lm(model_cfg), self.device, self.config.ref.fsdp_config)
         if self.is_rollout:
             self.rollout = build_rollout(
@@ -106,8 +109,12 @@ class ActorRolloutRefWorker(Worker):
                 self.server, self.front = build_server(
                     self.rollout, self.config.rollout, self.tokenizer, name
                 )
-            if self.is_actor and self.config.rollout.load_format.startswith("dummy"):
-                self.update_weights(0)  # the engine started with random weights: it gets the actor's
+            if self.is_actor and (
+                self.config.rollout.load_format.startswith("dummy") or model_cfg.lora_adapter_path
+            ):
+                self.update_weights(
+                    0
+                )  # the engine started with other weights (random, or the base without the adapter)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def tokenizer_info(self) -> dict[str, int | None]:
@@ -265,14 +272,17 @@ class ActorRolloutRefWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` of the responses under the frozen reference policy."""
         cfg = self.config.ref
-        out = self._log_probs(
-            self.ref,
+        args = (
             data,
             cfg.log_prob_micro_batch_size_per_gpu,
             cfg.log_prob_use_dynamic_bsz,
             cfg.log_prob_max_token_len_per_gpu,
-            False,
         )
+        if self.ref is None:  # LoRA: the reference is the base model, i.e. the actor without its adapters
+            with self.actor.disabled_adapter():
+                out = self._log_probs(self.actor, *args, False)
+        else:
+            out = self._log_probs(self.ref, *args, False)
         return DataProto.from_dict({"ref_log_prob": out["log_probs"]})
 
     # ------------------------------------------------------------------ training
@@ -339,8 +349,12 @@ class ActorRolloutRefWorker(Worker):
             state["rollout"] = self.rollout.state_dict()
         torch.save(state, os.path.join(folder, f"worker_rank_{self.rank}.pt"))
         full = self.actor.full_model_state_dict_on_cpu() if "hf_model" in contents else None
+        adapter = None
+        if self.actor.lora:
+            adapter = (self.actor.module.peft_config[ADAPTER], self.actor.adapter_state_dict_on_cpu())
         if self.rank == 0:
-            save_hf_files(self.actor.module, self.tokenizer, os.path.join(folder, "huggingface"), full)
+            target = os.path.join(folder, "huggingface")
+            save_hf_files(self.actor.hf_module, self.tokenizer, target, full, adapter)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, folder: str) -> None:

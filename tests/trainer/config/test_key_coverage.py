@@ -153,8 +153,6 @@ def test_no_key_is_both_read_and_listed_inert():
 
 REFUSAL_EXAMPLES = {
     "actor_rollout_ref.hybrid_engine": "False",
-    "actor_rollout_ref.model.lora_rank": "8",
-    "actor_rollout_ref.model.lora_adapter_path": "/tmp/adapter",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "2",
     "critic.ulysses_sequence_parallel_size": "2",

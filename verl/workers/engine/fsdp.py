@@ -36,6 +36,7 @@ from torch.distributed.tensor import DTensor
 from verl.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
 from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
+from verl.workers.engine.lora import adapter_items, is_lora, lora_scaling, merged_state_dict
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class FSDPEngine(TrainEngine):
         gradient_checkpointing: bool = False,
     ) -> None:
         self.device = device
+        self.lora = is_lora(module)
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.sharded = self.world_size > 1 or device.type == "cuda"
@@ -113,7 +115,8 @@ class FSDPEngine(TrainEngine):
         module.to(device=device, dtype=dtype)
         self.module = apply_fsdp2(module, device.type, fsdp) if self.sharded else module
         self.grad_clip = grad_clip
-        self.optimizer = build_optimizer(self.module.parameters(), optim) if optim is not None else None
+        trainable = [p for p in self.module.parameters() if p.requires_grad]  # with LoRA: the adapters only
+        self.optimizer = build_optimizer(trainable, optim) if optim is not None else None
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim) if optim is not None else None
         if optim is None:
             self.module.requires_grad_(False)
@@ -164,8 +167,20 @@ class FSDPEngine(TrainEngine):
 
     # ------------------------------------------------------------------ weights
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in self.module.state_dict().items():
-            yield name, _local(tensor).detach()
+        """With LoRA: the base model's names, adapters folded into the weights (what engines load)."""
+        items = ((name, _local(tensor).detach()) for name, tensor in self.module.state_dict().items())
+        yield from merged_state_dict(items, lora_scaling(self.module)) if self.lora else items
+
+    @property
+    def hf_module(self) -> nn.Module:
+        """The Hugging Face model itself (under a LoRA wrapper, the base model)."""
+        return self.module.get_base_model() if self.lora else self.module
+
+    def disabled_adapter(self):
+        """A context in which the module runs without its LoRA adapters (the reference policy)."""
+        if not self.lora:
+            raise RuntimeError("this engine's module has no LoRA adapter to disable")
+        return self.module.disable_adapter()
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False, strict=True)
@@ -174,7 +189,13 @@ class FSDPEngine(TrainEngine):
     def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
         """Full weights on CPU (every rank takes part; rank 0 gets them), for HF export."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(self.module, options=options)
+        state = get_model_state_dict(self.module, options=options)
+        return dict(merged_state_dict(state.items(), lora_scaling(self.module))) if self.lora else state
+
+    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        """LoRA: the adapters' full tensors under peft's saved names (every rank takes part; rank 0 gets them)."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return adapter_items(get_model_state_dict(self.module, options=options).items())
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:
@@ -199,19 +220,28 @@ class FSDPEngine(TrainEngine):
                 raise read_error(culprit, error) from error
             model_sd = state.get("model")
             optim_sd = state.get("optimizer")
+            options = self._state_options()
             if optim_sd is not None:
                 set_state_dict(
-                    self.module, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
+                    self.module,
+                    self.optimizer,
+                    model_state_dict=model_sd,
+                    optim_state_dict=optim_sd,
+                    options=options,
                 )
             elif model_sd is not None:
-                set_model_state_dict(self.module, model_sd)
+                set_model_state_dict(self.module, model_sd, options=options)
         extra = os.path.join(folder, f"extra_rank_{self.rank}.pt")
         if "extra" in contents and self.lr_scheduler is not None and os.path.exists(extra):
             self.lr_scheduler.load_state_dict(torch_load(extra)["lr_scheduler"])
 
+    def _state_options(self) -> StateDictOptions:
+        """With LoRA a checkpoint holds the adapters only: the frozen base comes from model.path."""
+        return StateDictOptions(ignore_frozen_params=True, strict=False) if self.lora else StateDictOptions()
+
     def _dcp_state(self, contents: list[str]) -> dict:
         optimizers = [self.optimizer] if self.optimizer is not None and "optimizer" in contents else []
-        model_sd, optim_sd = get_state_dict(self.module, optimizers)
+        model_sd, optim_sd = get_state_dict(self.module, optimizers, options=self._state_options())
         state = {}
         if "model" in contents:
             state["model"] = model_sd
