@@ -46,6 +46,7 @@ MICRO_BATCH_KEYS = {
     "actor_rollout_ref.ref.log_prob_micro_batch_size": "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     "critic.ppo_micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
     "critic.forward_micro_batch_size": "critic.forward_micro_batch_size_per_gpu",
+    "reward_model.micro_batch_size": "reward_model.micro_batch_size_per_gpu",
 }
 # verl 0.9's reward block and verl 0.8's reward_model.num_workers -> the key read here
 REWARD_ALIASES = {
@@ -54,6 +55,11 @@ REWARD_ALIASES = {
     "reward.custom_reward_function.path": "custom_reward_function.path",
     "reward.custom_reward_function.name": "custom_reward_function.name",
     "reward.reward_manager.name": "reward_model.reward_manager",
+    "reward.reward_model.enable": "reward_model.enable",
+    "reward.reward_model.model_path": "reward_model.model.path",
+    "reward.reward_model.enable_resource_pool": "reward_model.enable_resource_pool",
+    "reward.reward_model.n_gpus_per_node": "reward_model.n_gpus_per_node",
+    "reward.reward_model.nnodes": "reward_model.nnodes",
 }
 # verl's other optimizer spellings -> (the key read here, the alias's default, the key's default). An
 # alias set away from its default is converted; set together with the key to another value, refused
@@ -75,10 +81,6 @@ CONVERTED_KEYS: dict[str, str] = {
     "reward.reward_kwargs": "reward_model.reward_kwargs (merged)",
 }
 
-_NO_REWARD_MODEL = (
-    "a reward-model worker is not implemented yet; score with rule scorers: reward_model.reward_manager "
-    "and custom_reward_function.path/name (your function may call a model itself)"
-)
 _REGISTER_ONLY = (
     "reward managers are looked up by name: register yours with @register_reward_manager in a module "
     "imported through actor_rollout_ref.model.external_lib, then set reward_model.reward_manager"
@@ -108,8 +110,8 @@ REFUSED_KEYS: dict[str, tuple[Any, str]] = {
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "critic.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
-    "reward_model.enable": (False, _NO_REWARD_MODEL),
-    "reward.reward_model.enable": (False, _NO_REWARD_MODEL),
+    "reward_model.ulysses_sequence_parallel_size": (1, _NO_SP),
+    "reward_model.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "reward_model.reward_loop_source": ("register", _REGISTER_ONLY),
     "reward.reward_manager.source": ("register", _REGISTER_ONLY),
     "trainer.default_hdfs_dir": (
@@ -263,7 +265,7 @@ def _convert_micro_batch_sizes(config: Any) -> list[str]:
 
 def _convert_reward_aliases(config: Any) -> list[str]:
     notes = []
-    defaults = {"reward_model.reward_manager": "naive", "custom_reward_function.name": "compute_score"}
+    defaults = type(config)()  # the schema's own defaults: an alias may replace a key left at its default
     for alias, target in REWARD_ALIASES.items():
         value = get_key(config, alias)
         if value is None:
@@ -277,7 +279,8 @@ def _convert_reward_aliases(config: Any) -> list[str]:
             value,
         )
         check(
-            current in (value, defaults.get(target), None) or target == "reward_model.scoring.num_workers",
+            current in (value, get_key(defaults, target), None)
+            or target == "reward_model.scoring.num_workers",
             alias,
             f"the same value as {target}={current!r} (both spellings are set)",
             value,

@@ -130,6 +130,13 @@ class PPOTrainerConfig:
     def _check_agent_loop(self) -> None:
         rollout = self.actor_rollout_ref.rollout
         check(
+            not self.reward_model.enable or self.data.return_raw_chat,
+            "data.return_raw_chat",
+            "True with reward_model.enable=True (the reward model reads the chat messages, re-templated "
+            "with its own tokenizer)",
+            self.data.return_raw_chat,
+        )
+        check(
             not rollout.multi_turn.enable or self.data.return_raw_chat,
             "data.return_raw_chat",
             "True with actor_rollout_ref.rollout.multi_turn.enable=True (agent loops start from the chat messages)",
@@ -344,18 +351,12 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "critic.model.use_remove_padding",
     "critic.checkpoint.strict",
     *(f"critic.model.fsdp_config.{k}" for k in _FSDP_INERT),
-    # the reward-model worker (reward_model.enable=True is refused) and verl's reward loop
+    # the reward model runs in its own worker (no generative engine) and verl's reward loop
     "reward_model.strategy",
-    "reward_model.model",
-    "reward_model.micro_batch_size",
-    "reward_model.micro_batch_size_per_gpu",
-    "reward_model.max_length",
-    "reward_model.use_dynamic_bsz",
-    "reward_model.forward_max_token_len_per_gpu",
-    "reward_model.ulysses_sequence_parallel_size",
-    "reward_model.enable_resource_pool",
-    "reward_model.n_gpus_per_node",
-    "reward_model.nnodes",
+    "reward_model.model.use_shm",
+    "reward_model.model.use_remove_padding",
+    "reward_model.model.use_fused_kernels",
+    *(f"reward_model.model.fsdp_config.{k}" for k in _FSDP_INERT),
     "reward_model.rollout",
     "reward_model.use_reward_loop",
     "reward_model.reward_loop_module_path",
@@ -363,11 +364,22 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "reward_model.launch_reward_fn_async",
     "reward_model.sandbox_fusion",
     "reward.reward_manager.module",
-    "reward.reward_model",
+    "reward.reward_model.rollout",
     "reward.sandbox_fusion",
     "trainer.use_legacy_worker_impl",
     "trainer.profile_steps",
 )
+REWARD_MODEL_KEYS = (
+    "reward_model.model",
+    "reward_model.micro_batch_size",
+    "reward_model.micro_batch_size_per_gpu",
+    "reward_model.max_length",
+    "reward_model.use_dynamic_bsz",
+    "reward_model.forward_max_token_len_per_gpu",
+    "reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node",
+    "reward_model.nnodes",
+)  # read by the reward-model worker (reward_model.enable=True)
 AGENT_LOOP_KEYS = (
     "actor_rollout_ref.rollout.multi_turn",
     "actor_rollout_ref.rollout.agent",
@@ -392,6 +404,8 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(SERVER_ONLY_KEYS)
     if not config.actor_rollout_ref.rollout.uses_agent_loop:
         inert.update(AGENT_LOOP_KEYS)
+    if not config.reward_model.enable:
+        inert.update(REWARD_MODEL_KEYS)
     model = config.actor_rollout_ref.model
     if model.lora_rank == 0 and not model.lora_adapter_path:
         inert.update(LORA_ONLY_KEYS)

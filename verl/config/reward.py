@@ -5,10 +5,13 @@ DAPO recipe's ``reward_model.overlong_buffer``). One section is this project's o
 ``reward_model.scoring`` sizes the process pool that runs rule scorers with a per-call timeout
 (see :mod:`verl.workers.reward.pool`).
 
-Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``). A
-reward-model worker is not implemented yet: ``reward_model.enable=True`` is refused at start-up,
-and the keys that only configure that worker (``model.*``, ``rollout.*``, micro-batch sizes, ...)
-are accepted from verl scripts and listed as inert (see ``verl.config.compat``).
+Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``) and, with
+``reward_model.enable=True``, from a discriminative reward model run by its own worker group
+(:mod:`verl.workers.reward_model`): colocated with the policy, or on its own pool
+(``enable_resource_pool``). Without a custom function the model's score is the reward (as in
+verl); with one, the function gets the score as ``extra_info["rm_score"]`` and returns the
+reward. The worker's keys are inert while ``enable=False``; ``rollout.*`` (verl's generative
+reward-model engine) is inert here.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ __all__ = [
 @dataclass
 class RewardModelModelConfig:
     input_tokenizer: str | None = None
-    """Tokenizer of the policy, used to decode before applying the reward model's chat template; None: actor_rollout_ref.model.path."""
+    """Tokenizer that decodes the policy's responses before the reward model's chat template is
+    applied; None: the policy's own tokenizer."""
     path: str = "~/models/FsfairX-LLaMA3-RM-v0.1"
-    """Reward model (a sequence-classification model) name or path."""
+    """Reward model: a Hugging Face sequence- or token-classification checkpoint with one label (its
+    score head), read with its own tokenizer and chat template."""
     external_lib: str | None = None
     """Python module to import before loading the model (registers custom architectures)."""
     trust_remote_code: bool = False
@@ -102,14 +107,15 @@ class ScoringPoolConfig:
 @dataclass
 class RewardModelConfig:
     enable: bool = False
-    """Run a model-based reward model (not implemented yet: True is refused); False scores with the
-    rule scorers / custom reward function."""
+    """Score responses with the reward model at model.path (its own worker group); False scores
+    with the rule scorers / custom reward function only."""
     enable_resource_pool: bool = False
-    """verl: put the reward model on its own devices (reward-model worker only)."""
+    """Put the reward model on a pool of its own (nnodes x n_gpus_per_node processes) instead of
+    colocating it with the policy."""
     n_gpus_per_node: int = 8
-    """verl: devices per node of the reward model's own pool (reward-model worker only)."""
+    """Devices (CPU: processes) per node of the reward model's own pool."""
     nnodes: int = 0
-    """verl: nodes of the reward model's own pool (reward-model worker only)."""
+    """Nodes of the reward model's own pool."""
     use_reward_loop: bool = True
     """verl 0.8: score in reward-loop workers. Here scoring always runs in the reward manager's
     process pool (reward_model.scoring), so this has no effect."""
@@ -124,15 +130,17 @@ class RewardModelConfig:
     rollout: GenRMRolloutConfig = field(default_factory=GenRMRolloutConfig)
     """verl: inference engine of a generative reward model (reward-model worker only)."""
     strategy: str = "fsdp"
-    """Training-engine backend of the reward-model worker."""
+    """Engine backend of the reward-model worker (inert: the FSDP2 engine always runs it)."""
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     """The reward model to load when enable=True."""
     micro_batch_size: int | None = None
-    """Deprecated global micro-batch size; use micro_batch_size_per_gpu."""
+    """Deprecated global micro-batch size; converted to micro_batch_size_per_gpu."""
     micro_batch_size_per_gpu: int | None = None
-    """Rows per forward pass on one device."""
+    """Rows per forward pass on one device (None: a rank's whole share at once)."""
     max_length: int | None = None
-    """Maximum sequence length the reward model scores (None: no limit)."""
+    """Most tokens of one re-templated conversation the reward model reads; a longer one keeps its
+    last max_length tokens (the score head reads the last one) and is counted in
+    reward_model/truncated (None: no limit)."""
     use_dynamic_bsz: bool = False
     """Group micro-batches by token count instead of row count."""
     forward_max_token_len_per_gpu: int = 32768
@@ -162,6 +170,21 @@ class RewardModelConfig:
         self.scoring.validate(f"{path}.scoring")
         if self.num_workers is not None:
             check(self.num_workers >= 0, f"{path}.num_workers", "an integer >= 0", self.num_workers)
+        if not self.enable:
+            return
+        for key in ("micro_batch_size_per_gpu", "max_length"):
+            value = getattr(self, key)
+            check(value is None or value > 0, f"{path}.{key}", "a positive integer or null", value)
+        check(
+            self.forward_max_token_len_per_gpu > 0,
+            f"{path}.forward_max_token_len_per_gpu",
+            "a positive integer",
+            self.forward_max_token_len_per_gpu,
+        )
+        if self.enable_resource_pool:
+            for key in ("nnodes", "n_gpus_per_node"):
+                value = getattr(self, key)
+                check(value > 0, f"{path}.{key}", "a positive integer with enable_resource_pool=True", value)
 
 
 @dataclass

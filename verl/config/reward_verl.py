@@ -10,8 +10,9 @@ says which. Setting both spellings to different values is an error that names bo
 * ``reward.custom_reward_function.{path,name,reward_kwargs}`` -> ``custom_reward_function.*``
 * ``reward.reward_manager.name`` -> ``reward_model.reward_manager``
 * ``reward.reward_kwargs`` -> ``reward_model.reward_kwargs``
-* ``reward.reward_manager.source`` must stay ``register``; ``reward.reward_model.enable`` must stay
-  False (no reward-model worker yet); the rest of ``reward.reward_model`` and
+* ``reward.reward_model.{enable, model_path, enable_resource_pool, n_gpus_per_node, nnodes}`` ->
+  ``reward_model.{enable, model.path, enable_resource_pool, n_gpus_per_node, nnodes}``
+* ``reward.reward_manager.source`` must stay ``register``; ``reward.reward_model.rollout`` and
   ``reward.sandbox_fusion`` are inert.
 
 Every default here is null ("not set"), so an unset key never overrides the older spelling.
@@ -58,16 +59,16 @@ class RewardManagerConfig:
 
 @dataclass
 class RewardModelWorkerConfig:
-    enable: bool = False
-    """Run a reward model (not implemented yet: True is refused; use rule scorers)."""
-    enable_resource_pool: bool = False
-    """verl: put the reward model on its own devices."""
-    n_gpus_per_node: int = 8
-    """verl: devices per node of the reward model's own pool."""
-    nnodes: int = 0
-    """verl: nodes of the reward model's own pool."""
+    enable: bool | None = None
+    """Score with a reward model; converted to reward_model.enable."""
+    enable_resource_pool: bool | None = None
+    """The reward model on a pool of its own; converted to reward_model.enable_resource_pool."""
+    n_gpus_per_node: int | None = None
+    """Devices per node of that pool; converted to reward_model.n_gpus_per_node."""
+    nnodes: int | None = None
+    """Nodes of that pool; converted to reward_model.nnodes."""
     model_path: str | None = None
-    """verl: the reward model."""
+    """The reward model; converted to reward_model.model.path."""
     rollout: GenRMRolloutConfig = field(default_factory=GenRMRolloutConfig)
     """verl: inference engine of a generative reward model."""
 
@@ -81,7 +82,7 @@ class RewardConfig:
     reward_manager: RewardManagerConfig = field(default_factory=RewardManagerConfig)
     """verl 0.9 spelling of reward_model.reward_manager."""
     reward_model: RewardModelWorkerConfig = field(default_factory=RewardModelWorkerConfig)
-    """verl 0.9 reward-model worker settings (inert; enable=True is refused)."""
+    """verl 0.9 reward-model settings (converted to reward_model.*; rollout is inert)."""
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
     """verl: remote code sandbox; no effect."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -182,17 +182,52 @@ def load_causal_lm(
 
 def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
     """The critic: ``AutoModelForTokenClassification`` with one output (the value head)."""
+    return _load_token_classifier(model_config, "critic.model.path", dtype)
+
+
+def load_reward_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """A reward model as a one-output token classifier (its score at every position; the reward is
+    the score at the last token). A sequence-classification checkpoint loads into the same head
+    (a ``score`` layer without bias). Raises when the checkpoint has no trained head: a freshly
+    drawn one would score at random."""
+    key = "reward_model.model.path"
+    model, info = _load_token_classifier(model_config, key, dtype, head_bias_from_checkpoint=True)
+    untrained = [name for name in info["missing_keys"] if not name.startswith(model.base_model_prefix + ".")]
+    if untrained:
+        raise ModelPathError(
+            f"{key}={model_config.path!r}: the checkpoint has no trained score head (missing "
+            f"{', '.join(sorted(untrained))}); expected a sequence- or token-classification model with one label "
+            "(e.g. one trained with python -m verl.trainer.rm_trainer)"
+        )
+    return model
+
+
+def _load_token_classifier(
+    model_config, key: str, dtype: torch.dtype, head_bias_from_checkpoint: bool = False
+) -> Any:
+    """``AutoModelForTokenClassification`` with one label and no dropout; with
+    ``head_bias_from_checkpoint`` also the loading info, and a head whose bias matches the
+    checkpoint's architecture (sequence classifiers have none)."""
     from transformers import AutoModelForTokenClassification
 
     _import_external(model_config.external_lib)
-    key = "critic.model.path"
+    gguf_file = getattr(model_config, "gguf_file", None)  # the reward model's section has none
     config = _hf_config(
-        model_config.path,
-        model_config.override_config,
-        model_config.trust_remote_code,
-        model_config.gguf_file,
-        key,
+        model_config.path, model_config.override_config, model_config.trust_remote_code, gguf_file, key
     )
+    if head_bias_from_checkpoint:
+        architectures = getattr(config, "architectures", None) or []
+        classifier = any(
+            a.endswith(("ForSequenceClassification", "ForTokenClassification")) for a in architectures
+        )
+        if classifier and config.num_labels != 1:
+            raise ModelPathError(
+                f"{key}={model_config.path!r}: the model has {config.num_labels} labels; a reward model has one "
+                "(its score)"
+            )
+        config.token_classification_bias = not any(
+            a.endswith("ForSequenceClassification") for a in architectures
+        )
     config.num_labels = 1
     config.classifier_dropout = 0.0
     kwargs: dict[str, Any] = {
@@ -200,8 +235,10 @@ def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Mod
         "dtype": dtype,
         "trust_remote_code": model_config.trust_remote_code,
     }
-    if model_config.gguf_file:
-        kwargs["gguf_file"] = model_config.gguf_file
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    if head_bias_from_checkpoint:
+        kwargs["output_loading_info"] = True
     return _from_pretrained(
         AutoModelForTokenClassification.from_pretrained, _path(model_config.path, "dir", key), **kwargs
     )

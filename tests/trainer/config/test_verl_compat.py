@@ -141,9 +141,38 @@ def test_dapo_overlong_buffer_cfg_in_reward_kwargs_is_converted():
 
 
 # ---------------------------------------------------------------------------- refusals
-def test_reward_model_enable_is_refused_with_what_to_use_instead():
-    with pytest.raises(ConfigError, match=r"reward_model\.enable: expected False \(a reward-model worker"):
+def test_a_reward_model_needs_the_chat_messages():
+    with pytest.raises(ConfigError, match=r"data\.return_raw_chat: expected True with reward_model\.enable"):
         load_config(["reward_model.enable=True"])
+    with pytest.raises(ConfigError, match=r"reward_model\.nnodes: expected a positive integer"):
+        load_config(
+            [
+                "reward_model.enable=True",
+                "data.return_raw_chat=True",
+                "reward_model.enable_resource_pool=True",
+            ]
+        )
+
+
+def test_verl_0_9_reward_model_keys_are_converted():
+    config = load_config(
+        [
+            "reward.reward_model.enable=True",
+            "reward.reward_model.model_path=/models/rm",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=2",
+            "data.return_raw_chat=True",
+        ]
+    )
+    rm = config.reward_model
+    assert (rm.enable, rm.model.path, rm.enable_resource_pool, rm.nnodes, rm.n_gpus_per_node) == (
+        True,
+        "/models/rm",
+        True,
+        1,
+        2,
+    )
 
 
 def test_filter_groups_is_refused_under_main_ppo_and_points_at_the_recipe():

@@ -101,6 +101,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.actor_rollout_wg = self.wgs["actor"]  # the sync phases train on this group
         self.rollout_wg = self.wgs["rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(self.config, self.rollout_wg, self.tokenizer)
         self.validator = Validator(

@@ -135,8 +135,11 @@ def build_reward_fns(config: PPOTrainerConfig, tokenizer):
     )
 
 
-def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str, Any], RayResourcePool]:
-    """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)."""
+def build_worker_groups(
+    config: PPOTrainerConfig, device: str
+) -> tuple[dict[str, Any], list[RayResourcePool]]:
+    """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)
+    (+the reward model, unless it has a pool of its own)."""
     trainer = config.trainer
     pool = RayResourcePool(
         [trainer.n_gpus_per_node] * trainer.nnodes,
@@ -148,8 +151,11 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
     class_dict = {"actor_rollout": _policy_worker(config, role)}
     if config.use_critic:
         class_dict["critic"] = _critic_worker(config)
+    if config.reward_model.enable and not config.reward_model.enable_resource_pool:
+        class_dict["reward_model"] = _reward_model_worker(config)
     groups: dict[str, Any] = {}
-    with _released_on_failure([pool], groups):
+    pools = [pool]
+    with _released_on_failure(pools, groups):
         groups.update(
             create_colocated_worker_groups(
                 pool,
@@ -158,10 +164,44 @@ def build_worker_groups(config: PPOTrainerConfig, device: str) -> tuple[dict[str
                 setup_timeout_s=trainer.ray_wait_register_center_timeout,
             )
         )
-        for name in ("critic", "actor_rollout"):
+        groups.update(_reward_model_pool_groups(config, device, pools))
+        for name in ("reward_model", "critic", "actor_rollout"):
             if name in groups:
                 groups[name].init_model()
-    return groups, pool
+    return groups, pools
+
+
+def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list[RayResourcePool]) -> dict:
+    """``reward_model.enable_resource_pool``: the reward model on a pool of its own
+    (``reward_model.nnodes x n_gpus_per_node`` processes; appended to ``pools``)."""
+    rm = config.reward_model
+    if not (rm.enable and rm.enable_resource_pool):
+        return {}
+    trainer = config.trainer
+    pool = RayResourcePool(
+        [rm.n_gpus_per_node] * rm.nnodes,
+        use_gpu=device == "cuda",
+        name_prefix="reward_model_pool",
+        cpus_per_process=trainer.cpus_per_worker,
+    )
+    pools.append(pool)
+    return create_colocated_worker_groups(
+        pool,
+        {"reward_model": _reward_model_worker(config)},
+        call_timeout_s=trainer.worker_call_timeout_s,
+        setup_timeout_s=trainer.ray_wait_register_center_timeout,
+    )
+
+
+def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
+    from verl.workers.reward_model import RewardModelWorker
+
+    return RayClassWithInitArgs(
+        RewardModelWorker,
+        config.reward_model,
+        policy_tokenizer=tokenizer_source(config),
+        nccl_timeout_s=config.actor_rollout_ref.nccl_timeout,
+    )
 
 
 def _critic_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
@@ -240,7 +280,8 @@ def build_async_worker_groups(
                     setup_timeout_s=trainer.ray_wait_register_center_timeout,
                 )
             )
-        for name in ("critic", "actor", "rollout"):
+        groups.update(_reward_model_pool_groups(config, device, pools))
+        for name in ("reward_model", "critic", "actor", "rollout"):
             if name in groups:
                 groups[name].init_model()
     return groups, pools
@@ -254,6 +295,8 @@ def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, Ray
     class_dict = {"actor": _policy_worker(config, role)}
     if config.use_critic:
         class_dict["critic"] = _critic_worker(config)
+    if config.reward_model.enable and not config.reward_model.enable_resource_pool:
+        class_dict["reward_model"] = _reward_model_worker(config)
     return class_dict
 
 

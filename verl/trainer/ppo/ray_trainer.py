@@ -40,6 +40,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
 )
 from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
+from verl.trainer.ppo.reward_model import ModelScoredReward
 from verl.trainer.ppo.validation import Validator
 from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
@@ -127,8 +128,9 @@ class RayPPOTrainer:
         self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
         builders.set_total_steps(config, self.total_training_steps)
         self.reward_fn, self.val_reward_fn = builders.build_reward_fns(config, self.tokenizer)
-        self.reward_fn.check_data_sources(self.data.train.dataset.data_source_locations())
-        self.val_reward_fn.check_data_sources(self.data.val_dataset.data_source_locations())
+        if not config.reward_model.enable:  # with a reward model, rule scorers are not needed
+            self.reward_fn.check_data_sources(self.data.train.dataset.data_source_locations())
+            self.val_reward_fn.check_data_sources(self.data.val_dataset.data_source_locations())
         self.tracker = builders.build_tracker(config)
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
         self.update_is_on_policy = update_is_on_policy(config)
@@ -142,10 +144,10 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
-        self.wgs, pool = builders.build_worker_groups(self.config, self.device)
-        self.pools = [pool]
+        self.wgs, self.pools = builders.build_worker_groups(self.config, self.device)
         self.actor_rollout_wg = self.wgs["actor_rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(
             self.config, self.actor_rollout_wg, self.tokenizer
@@ -158,6 +160,14 @@ class RayPPOTrainer:
             self.tracker,
             self.data.val,
         )
+
+    def use_reward_model_scores(self) -> None:
+        """With a reward-model worker group, every reward (training, validation, baselines) is
+        scored by it first."""
+        rm_wg = self.wgs.get("reward_model")
+        if rm_wg is not None:
+            self.reward_fn = ModelScoredReward(self.reward_fn, rm_wg)
+            self.val_reward_fn = ModelScoredReward(self.val_reward_fn, rm_wg)
 
     def close(self) -> None:
         close_client = getattr(self.rollout_client, "close", None)  # a server client; groups shut down below

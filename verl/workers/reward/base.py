@@ -14,8 +14,10 @@ Call convention (verl's): ``manager(data, return_dict=False)``. ``data`` carries
 ``acc`` is the scorer's own ``acc`` when it returns a dict that has one, else its score (for
 the built-in 0/1 scorers the two coincide). A call that raised, timed out, or returned
 something that is not a number or a dict with a numeric ``"score"`` scores 0.0 and is counted.
-If ``data.batch`` already has ``rm_scores`` (a reward-model worker ran), those are returned
-unchanged, as verl does.
+If ``data.batch`` has ``rm_scores`` (a reward-model worker ran), they are the reward, as in verl,
+unless a custom function is configured (``custom_reward_function.path``): then that function is
+called as usual with the row's model score added to its ``extra_info`` as ``rm_score``, and
+returns the reward (e.g. the model score plus a rule bonus).
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class RewardManager:
 
     # ------------------------------------------------------------------ the call
     def __call__(self, data: DataProto, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
-        if "rm_scores" in data.batch.keys():
+        if "rm_scores" in data.batch.keys() and self.spec.kind in ("default", "default_batch"):
             reward = data.batch["rm_scores"]
             metrics = {"reward/errors": 0, "reward/timeouts": 0}
             return (
@@ -193,7 +195,7 @@ class RewardManager:
         sources = data.non_tensor_batch[self.reward_fn_key]
         reward_models = data.non_tensor_batch["reward_model"]
         extras = data.non_tensor_batch.get("extra_info")
-        return [
+        calls = [
             {
                 "data_source": sources[i],
                 "solution_str": responses[i],
@@ -202,6 +204,10 @@ class RewardManager:
             }
             for i in range(len(responses))
         ]
+        if "rm_scores" in data.batch.keys():
+            for call, score in zip(calls, data.batch["rm_scores"].sum(-1).tolist()):
+                call["extra_info"] = {**(call["extra_info"] or {}), "rm_score": score}
+        return calls
 
     # ------------------------------------------------------------------ hooks
     def score_responses(self, data: DataProto, responses: list[str]) -> list[ScoreOutcome]:
