@@ -12,7 +12,8 @@ from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
 from verl.utils import builtin
 from verl.utils.model import ModelPathError, TokenizerSource, load_reward_model
-from verl.workers.reward_model import RewardModelWorker, render_conversation
+from verl.utils.reward_inputs import render_conversation
+from verl.workers.reward_model import RewardModelWorker
 
 PROMPTS = ["12+7=", "3+4=", "50+50=", "1+1=", "9+9=", "23+45="]
 RESPONSES = ["19", "7", "100", "2<eos>", "", "6899"]  # one ends with EOS, one is empty

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ModelConfig
 from verl.config.base import ConfigError, check, check_choice
-from verl.config.compat import check_known_keys, get_key, set_key
+from verl.config.compat import check_known_keys, get_key, is_schema_key, set_key
 from verl.config.data import CustomDatasetClassConfig
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.trainer import LOGGERS
@@ -260,6 +260,8 @@ def convert_sft_aliases(config: SFTTrainerConfig) -> list[str]:
     """The old spellings of :data:`SFT_ALIASES` onto the keys read here (in place); a note for each."""
     notes = []
     for old, new in SFT_ALIASES.items():
+        if not is_schema_key(type(config), old):  # e.g. data.multiturn in the reward-model trainer
+            continue
         value = get_key(config, old)
         if value is None:
             continue
@@ -296,8 +298,8 @@ SFT_INERT_KEYS = (
 
 def inert_key_notes(config: SFTTrainerConfig) -> list[str]:
     """One note per key of :data:`SFT_INERT_KEYS` set away from its default."""
-    default = SFTTrainerConfig()
-    keys = list(SFT_INERT_KEYS)
+    default = type(config)()
+    keys = [key for key in SFT_INERT_KEYS if is_schema_key(type(config), key)]
     if config.model.lora_rank == 0 and not config.model.lora_adapter_path:
         keys += ["model.lora_alpha", "model.target_modules", "model.exclude_modules"]  # LoRA is off
     return [
@@ -307,12 +309,14 @@ def inert_key_notes(config: SFTTrainerConfig) -> list[str]:
     ]
 
 
-def to_typed_sft_config(cfg: DictConfig) -> SFTTrainerConfig:
-    """Unknown ``+`` keys refused, interpolations resolved, aliases converted (logged), validated."""
+def to_typed_sft_config(cfg: DictConfig, schema: type | None = None) -> SFTTrainerConfig:
+    """Unknown ``+`` keys refused, interpolations resolved, aliases converted (logged), validated
+    (``schema``: the expected config class, SFTTrainerConfig by default)."""
+    schema = schema or SFTTrainerConfig
     check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
-    if not isinstance(typed, SFTTrainerConfig):
-        raise ConfigError(f"expected an sft_trainer config, got {type(typed).__name__}")
+    if not isinstance(typed, schema):
+        raise ConfigError(f"expected a {schema.__name__}, got {type(typed).__name__}")
     for note in convert_sft_aliases(typed):
         logger.warning("config note: converted %s", note)
     typed.validate()
@@ -321,16 +325,23 @@ def to_typed_sft_config(cfg: DictConfig) -> SFTTrainerConfig:
     return typed
 
 
-def load_sft_config(overrides: list[str] | None = None, config_dir: str | None = None) -> SFTTrainerConfig:
-    """Compose the config as ``python -m verl.trainer.sft_trainer`` would (for scripts and tests)."""
+def load_sft_config(
+    overrides: list[str] | None = None,
+    config_dir: str | None = None,
+    config_name: str = "sft_trainer",
+    schema: type | None = None,
+) -> SFTTrainerConfig:
+    """Compose the config as ``python -m verl.trainer.sft_trainer`` would (for scripts and tests);
+    ``config_name`` / ``schema``: another preset and its schema (the reward-model trainer's)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from verl.config.compat import strip_schema_plus
     from verl.config.ppo_trainer import CONFIG_DIR
 
+    schema = schema or SFTTrainerConfig
     GlobalHydra.instance().clear()
-    overrides = strip_schema_plus(list(overrides or []), SFTTrainerConfig)
+    overrides = strip_schema_plus(list(overrides or []), schema)
     with initialize_config_dir(config_dir=config_dir or CONFIG_DIR, version_base=None):
-        cfg = compose(config_name="sft_trainer", overrides=overrides)
-    return to_typed_sft_config(cfg)
+        cfg = compose(config_name=config_name, overrides=overrides)
+    return to_typed_sft_config(cfg, schema)

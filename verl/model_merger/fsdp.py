@@ -21,7 +21,7 @@ HF_SUBDIR = "huggingface"
 
 def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32") -> str:
     """Write ``target_dir`` (config, tokenizer, ``model.safetensors``); returns its path."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     local_dir = os.path.abspath(os.path.expanduser(local_dir))
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
@@ -44,7 +44,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
         model, adapter = _merge_lora(local_dir, adapter_dir)
     else:
         config = AutoConfig.from_pretrained(hf_dir)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = _auto_class(config).from_config(config, dtype=torch.float32)
         state = {"model": model.state_dict()}
         dcp.load(state, checkpoint_id=local_dir)  # fills the model's tensors in place
         model.load_state_dict(state["model"])
@@ -52,6 +52,18 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
     model.to(torch_dtype)
     save_hf_files(model, tokenizer, target_dir, model.state_dict(), adapter)
     return os.path.abspath(target_dir)
+
+
+def _auto_class(config):
+    """The Auto class of the checkpoint's architecture: a causal LM (actor, SFT), or a one-label
+    classifier (critic: token classifier; reward model: sequence classifier)."""
+    import transformers
+
+    architectures = getattr(config, "architectures", None) or []
+    for suffix in ("ForSequenceClassification", "ForTokenClassification"):
+        if any(a.endswith(suffix) for a in architectures):
+            return getattr(transformers, f"AutoModel{suffix}")
+    return transformers.AutoModelForCausalLM
 
 
 def _merge_lora(local_dir: str, adapter_dir: str):

@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import hydra
 import torch
@@ -116,13 +117,9 @@ class SFTTrainer:
         _barrier()
         model = config.model
         self.tokenizer = load_tokenizer_from(resolve_tokenizer_source(model, section="model"))
-        self.train_data = create_sft_dataset(
-            config.data.train_files, config.data, self.tokenizer, config.data.train_max_samples
-        )
+        self.train_data = self.build_dataset(config.data.train_files, config.data.train_max_samples)
         self.val_data = (
-            create_sft_dataset(
-                config.data.val_files, config.data, self.tokenizer, config.data.val_max_samples
-            )
+            self.build_dataset(config.data.val_files, config.data.val_max_samples)
             if config.data.val_files
             else None
         )
@@ -144,7 +141,7 @@ class SFTTrainer:
         )
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
-        module = load_causal_lm(model, section="model")
+        module = self.build_module()
         if model.lora_rank > 0 or model.lora_adapter_path:
             module = apply_lora(module, model)
         self.engine = FSDPEngine(
@@ -163,6 +160,30 @@ class SFTTrainer:
         if self.rank == 0:
             trainer = config.trainer
             self.tracker = Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, config)
+
+    # ------------------------------------------------------------------ what is trained, on what
+    name = "SFT"
+    """Shown on the progress bar."""
+
+    def build_dataset(self, files: Any, max_samples: int) -> Any:
+        return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples)
+
+    def build_module(self) -> torch.nn.Module:
+        return load_causal_lm(self.config.model, section="model")
+
+    def row_tokens(self, row: dict[str, list[int]]) -> int:
+        """A training row's token count (what ``trainer.balance_batch`` evens out over ranks)."""
+        return len(row["input_ids"])
+
+    def summary(self) -> list[str]:
+        """Lines printed at the end of a run: the validation losses, before training and after each validation."""
+        if not self.val_losses:
+            return []
+        return ["validation loss: " + " -> ".join(f"{v:.4f}" for v in self.val_losses)]
+
+    def hf_export_options(self) -> dict[str, Any]:
+        """Extra arguments of :func:`save_hf_files` for this trainer's models."""
+        return {}
 
     # ------------------------------------------------------------------ set-up checks
     def _convert_micro_batch_size(self) -> None:
@@ -206,7 +227,7 @@ class SFTTrainer:
         metrics: dict[str, float] = {}
         enabled = None if self.rank == 0 else False
         with StepProgress(
-            self.total_steps, initial_step=self.global_step, enabled=enabled, desc="SFT"
+            self.total_steps, initial_step=self.global_step, enabled=enabled, desc=self.name
         ) as progress:
             while self.global_step < self.total_steps:
                 self.global_step += 1
@@ -240,7 +261,7 @@ class SFTTrainer:
         if self.world_size == 1:
             return rows
         if self.config.trainer.balance_batch:
-            groups = equal_size_partitions([len(r["input_ids"]) for r in rows], self.world_size)
+            groups = equal_size_partitions([self.row_tokens(r) for r in rows], self.world_size)
             return [rows[int(i)] for i in groups[self.rank]]
         share = len(rows) // self.world_size
         return rows[self.rank * share : (self.rank + 1) * share]
@@ -315,7 +336,9 @@ class SFTTrainer:
             adapter = (self.engine.module.peft_config[ADAPTER], self.engine.adapter_state_dict_on_cpu())
         if self.rank == 0:
             target = os.path.join(model_dir, "huggingface")
-            save_hf_files(self.engine.hf_module, self.tokenizer, target, full, adapter)
+            save_hf_files(
+                self.engine.hf_module, self.tokenizer, target, full, adapter, **self.hf_export_options()
+            )
         _barrier()
         if self.rank == 0:
             checkpoint.fault_point("sft_kill_during_save", self.global_step)
@@ -363,14 +386,16 @@ class SFTTrainer:
             self.tracker = None
 
 
-def run_sft(config: SFTTrainerConfig) -> dict[str, float]:
-    """Build the trainer from ``config``, train, close; the last step's metrics. The validation
-    losses of the run (before training, then each validation) are printed at the end."""
-    trainer = SFTTrainer(config)
+def run_sft(config: SFTTrainerConfig, trainer_cls: type | None = None) -> dict[str, float]:
+    """Build the trainer (``trainer_cls``, SFTTrainer by default) from ``config``, train, close; the
+    last step's metrics. The validation losses of the run (before training, then each validation)
+    are printed at the end."""
+    trainer = (trainer_cls or SFTTrainer)(config)
     try:
         metrics = trainer.fit()
-        if trainer.rank == 0 and trainer.val_losses:
-            print("validation loss: " + " -> ".join(f"{v:.4f}" for v in trainer.val_losses), flush=True)
+        if trainer.rank == 0:
+            for line in trainer.summary():
+                print(line, flush=True)
         return metrics
     finally:
         trainer.close()
@@ -389,15 +414,18 @@ def main(cfg: DictConfig) -> None:
     main_with_config(cfg)
 
 
-def prepare_sft_argv(argv: list[str]) -> list[str]:
+def prepare_sft_argv(
+    argv: list[str], config_name: str = "sft_trainer", schema: type | None = None
+) -> list[str]:
     """``+key`` for a schema key becomes ``key``; with ``--cfg`` the config is validated first."""
     from hydra._internal.utils import get_args_parser
 
-    argv = strip_schema_plus(list(argv), SFTTrainerConfig)
+    schema = schema or SFTTrainerConfig
+    argv = strip_schema_plus(list(argv), schema)
     args, _ = get_args_parser().parse_known_args(argv)
     if args.cfg is not None:
         try:
-            load_sft_config(args.overrides, config_dir=CONFIG_DIR)
+            load_sft_config(args.overrides, config_dir=CONFIG_DIR, config_name=config_name, schema=schema)
         except ConfigError as error:
             print(f"Error in the config: {error}", file=sys.stderr)
             sys.exit(1)

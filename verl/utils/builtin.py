@@ -29,6 +29,8 @@ BUILTIN_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/train.parquet"
 BUILTIN_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/test.parquet"
 BUILTIN_SFT_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_train.parquet"
 BUILTIN_SFT_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_test.parquet"
+BUILTIN_PREF_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/pref_train.parquet"
+BUILTIN_PREF_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/pref_test.parquet"
 
 CHAR_VOCAB = ["<pad>", "<eos>", "<unk>", *"0123456789", "+", "="]
 # the assistant's turn ends with EOS (what SFT trains the model to emit); a prompt renders as its text
@@ -81,6 +83,18 @@ def ensure_builtin_sft_data(*paths: str) -> None:
         tuple(p for p in paths if Path(p).expanduser().name.startswith("sft_")),
         lambda folder: write_arith_sft_parquet(folder, train_size=10_000, test_size=200, seed=0),
         "the built-in arithmetic task's SFT chats",
+    )
+
+
+def ensure_builtin_preference_data(*paths: str) -> None:
+    """Write the arithmetic task's preference pairs if ``paths`` point at them and they are missing."""
+    from verl.utils.dataset.arith import write_arith_preference_parquet
+
+    write_task_once(
+        builtin_data_dir(),
+        tuple(p for p in paths if Path(p).expanduser().name.startswith("pref_")),
+        lambda folder: write_arith_preference_parquet(folder, train_size=10_000, test_size=200, seed=0),
+        "the built-in arithmetic task's preference pairs",
     )
 
 

@@ -10,6 +10,7 @@ is passed on as a hub id.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -185,15 +186,20 @@ def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Mod
     return _load_token_classifier(model_config, "critic.model.path", dtype)
 
 
-def load_reward_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_reward_model(
+    model_config,
+    dtype: torch.dtype = torch.float32,
+    key: str = "reward_model.model.path",
+    require_trained_head: bool = True,
+) -> nn.Module:
     """A reward model as a one-output token classifier (its score at every position; the reward is
     the score at the last token). A sequence-classification checkpoint loads into the same head
-    (a ``score`` layer without bias). Raises when the checkpoint has no trained head: a freshly
-    drawn one would score at random."""
-    key = "reward_model.model.path"
+    (a ``score`` layer without bias); so does a causal LM, with a fresh head, when
+    ``require_trained_head`` is False (reward-model training). Otherwise a checkpoint without a
+    trained head is an error: a freshly drawn one would score at random."""
     model, info = _load_token_classifier(model_config, key, dtype, head_bias_from_checkpoint=True)
     untrained = [name for name in info["missing_keys"] if not name.startswith(model.base_model_prefix + ".")]
-    if untrained:
+    if untrained and require_trained_head:
         raise ModelPathError(
             f"{key}={model_config.path!r}: the checkpoint has no trained score head (missing "
             f"{', '.join(sorted(untrained))}); expected a sequence- or token-classification model with one label "
@@ -206,8 +212,8 @@ def _load_token_classifier(
     model_config, key: str, dtype: torch.dtype, head_bias_from_checkpoint: bool = False
 ) -> Any:
     """``AutoModelForTokenClassification`` with one label and no dropout; with
-    ``head_bias_from_checkpoint`` also the loading info, and a head whose bias matches the
-    checkpoint's architecture (sequence classifiers have none)."""
+    ``head_bias_from_checkpoint`` also the loading info, and a head with a bias only when the
+    checkpoint is a token classifier (sequence classifiers have none, nor does a fresh head)."""
     from transformers import AutoModelForTokenClassification
 
     _import_external(model_config.external_lib)
@@ -225,9 +231,7 @@ def _load_token_classifier(
                 f"{key}={model_config.path!r}: the model has {config.num_labels} labels; a reward model has one "
                 "(its score)"
             )
-        config.token_classification_bias = not any(
-            a.endswith("ForSequenceClassification") for a in architectures
-        )
+        config.token_classification_bias = any(a.endswith("ForTokenClassification") for a in architectures)
     config.num_labels = 1
     config.classifier_dropout = 0.0
     kwargs: dict[str, Any] = {
@@ -267,12 +271,14 @@ def save_hf_files(
     target: str,
     state_dict: dict | None = None,
     adapter: tuple[Any, dict[str, torch.Tensor]] | None = None,
+    architecture: str | None = None,
 ) -> None:
     """``target``: the model's config, generation config and tokenizer, plus its weights as
     safetensors when ``state_dict`` (full, on CPU) is given, plus ``lora_adapter/`` (peft's
     ``adapter_config.json`` and ``adapter_model.safetensors``) when ``adapter`` = (peft config,
-    adapter tensors) is given. Written to a temporary sibling and renamed into place, so a reader
-    never sees half a directory."""
+    adapter tensors) is given; ``architecture`` replaces the class named in ``config.json`` (one
+    with the same weight names). Written to a temporary sibling and renamed into place, so a
+    reader never sees half a directory."""
     import shutil
     import tempfile
 
@@ -287,6 +293,13 @@ def save_hf_files(
             if getattr(module, "generation_config", None) is not None:
                 module.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if architecture is not None:
+            config_file = os.path.join(tmp, "config.json")
+            with open(config_file) as f:
+                saved = json.load(f)
+            saved["architectures"] = [architecture]
+            with open(config_file, "w") as f:
+                json.dump(saved, f, indent=2, sort_keys=True)
         if adapter is not None:
             from safetensors.torch import save_file
 

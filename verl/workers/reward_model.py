@@ -12,8 +12,6 @@ budget with ``use_dynamic_bsz``), so the last position of every row is its last 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -21,40 +19,9 @@ from verl.config.reward import RewardModelConfig
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.model import TokenizerSource, load_reward_model, load_tokenizer, load_tokenizer_from
+from verl.utils.reward_inputs import RM_INPUT_KEYS, last_token_scores, left_padded, render_conversation
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
-
-RM_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids"]
-
-
-def render_conversation(tokenizer: Any, messages: list[dict[str, Any]], response: str) -> str:
-    """The chat with the response as its last (assistant) turn, in ``tokenizer``'s template; the
-    contents joined by newlines when it has none."""
-    chat = [*messages, {"role": "assistant", "content": response}]
-    if not getattr(tokenizer, "chat_template", None):
-        return "\n".join(str(m.get("content", "")) for m in chat)
-    return tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False)
-
-
-def left_padded(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """``input_ids`` / ``attention_mask`` / ``position_ids`` of the rows, left-padded to the longest."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
-
-
-def last_token_scores(module: torch.nn.Module, micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The head's output at each row's last position (rows are left-padded); the columns that are
-    padding in every row are dropped first."""
-    used = micro["attention_mask"].sum(0) > 0
-    start = int(used.nonzero()[0]) if bool(used.any()) else 0
-    out = module(**{k: micro[k][:, start:] for k in RM_INPUT_KEYS}, use_cache=False)
-    return {"scores": out.logits[:, -1, 0].float()}
 
 
 class RewardModelWorker(Worker):

@@ -16,7 +16,13 @@ from typing import Any
 
 from verl.utils.dataset.schema import make_row, write_splits
 
-__all__ = ["ARITH_DATA_SOURCE", "make_arith_rows", "write_arith_parquet", "write_arith_sft_parquet"]
+__all__ = [
+    "ARITH_DATA_SOURCE",
+    "make_arith_rows",
+    "write_arith_parquet",
+    "write_arith_preference_parquet",
+    "write_arith_sft_parquet",
+]
 
 ARITH_DATA_SOURCE = "arith"
 
@@ -79,3 +85,37 @@ def write_arith_sft_parquet(
         ]
         paths.append(write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet"))
     return paths[0], paths[1]
+
+
+def write_arith_preference_parquet(
+    local_dir: str | os.PathLike, train_size: int, test_size: int, seed: int
+) -> tuple[Path, Path]:
+    """Write ``pref_train.parquet`` and ``pref_test.parquet``: preference pairs for reward-model
+    training, ``prompt`` ``[user: "a+b="]``, ``chosen`` the sum, ``rejected`` a near miss (the sum
+    off by 1 to 3, or its digits swapped), drawn from streams of their own (split ``pref_*``)."""
+    from verl.utils.dataset.schema import write_parquet
+
+    paths = []
+    for split, size in (("pref_train", train_size), ("pref_test", test_size)):
+        rng = random.Random(f"arith-pref:{seed}:{split}")
+        rows = []
+        for row in make_arith_rows(size, seed, split):
+            answer = int(row["reward_model"]["ground_truth"])
+            rows.append(
+                {
+                    "prompt": [{"role": "user", "content": row["prompt"][0]["content"]}],
+                    "chosen": str(answer),
+                    "rejected": str(_near_miss(answer, rng)),
+                }
+            )
+        paths.append(write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet"))
+    return paths[0], paths[1]
+
+
+def _near_miss(answer: int, rng: random.Random) -> int:
+    """A wrong answer close to ``answer``: its two digits swapped (when that differs), else off by 1 to 3."""
+    swapped = int(str(answer)[::-1]) if answer >= 10 else answer
+    if swapped != answer and rng.random() < 0.25:
+        return swapped
+    offset = rng.choice([-3, -2, -1, 1, 2, 3])
+    return answer + offset if answer + offset >= 0 else answer - offset
