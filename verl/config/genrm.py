@@ -1,9 +1,12 @@
-"""``reward_model.rollout`` / ``reward.reward_model.rollout``: verl's inference engine of a
-generative reward model.
+"""``reward_model.rollout`` / ``reward.reward_model.rollout``: the inference engine of a
+generative reward model (a judge).
 
-Accepted so that verl scripts run unchanged; a reward-model worker is not implemented yet
-(``reward_model.enable=True`` is refused), so every key here is listed as inert at start-up.
-Keys and defaults are verl's (0.8 ``reward_model.rollout`` and 0.9 ``reward.reward_model.rollout``).
+With ``reward_model.enable=True`` and ``name`` set, ``reward_model.model.path`` is served by that
+engine (hf | vllm | sglang), one replica per rank of its pool, with the OpenAI-compatible HTTP
+front of the policy's server mode; custom reward functions receive its address as
+``reward_router_address``. The keys in :data:`JUDGE_ROLLOUT_KEYS` set the judge's engine and default sampling; the others are inert (noted at start-up). Keys and
+defaults are verl's (0.8 ``reward_model.rollout`` and 0.9 ``reward.reward_model.rollout``), except
+``tensor_model_parallel_size`` (1: one engine per rank).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class DisaggregationConfig:
 @dataclass
 class GenRMRolloutConfig:
     name: str | None = None
-    """Inference engine of the reward model: vllm | sglang."""
+    """Inference engine of a generative reward model: hf | vllm | sglang (null: the reward model is a
+    score head, run by the reward-model worker)."""
     dtype: str = "bfloat16"
     """Engine dtype."""
     gpu_memory_utilization: float = 0.5
@@ -48,8 +52,8 @@ class GenRMRolloutConfig:
     """Data parallel size of the engine."""
     expert_parallel_size: int = 1
     """Expert parallel size of the engine."""
-    tensor_model_parallel_size: int = 2
-    """Tensor parallel size of the engine."""
+    tensor_model_parallel_size: int = 1
+    """Tensor parallel size of the engine (only 1 for now: one engine per rank; verl's default is 2)."""
     pipeline_model_parallel_size: int = 1
     """Pipeline parallel size of the engine."""
     max_num_batched_tokens: int = 8192
@@ -106,3 +110,27 @@ class GenRMRolloutConfig:
     """Multi-token prediction settings."""
     disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
     """Prefill/decode disaggregation."""
+
+
+# the keys that set the judge's engine and default sampling (copied onto its rollout config); the rest are inert
+JUDGE_ROLLOUT_KEYS = (
+    "name",
+    "dtype",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "free_cache_engine",
+    "tensor_model_parallel_size",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "max_num_seqs",
+    "load_format",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "seed",
+    "temperature",
+    "top_k",
+    "top_p",
+    "do_sample",
+    "prompt_length",
+    "response_length",
+)

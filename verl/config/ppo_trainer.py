@@ -27,6 +27,7 @@ from verl.config.compat import (
 )
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
+from verl.config.genrm import JUDGE_ROLLOUT_KEYS, GenRMRolloutConfig
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
 from verl.config.trainer import RayInitConfig, TrainerConfig
@@ -130,7 +131,14 @@ class PPOTrainerConfig:
     def _check_agent_loop(self) -> None:
         rollout = self.actor_rollout_ref.rollout
         check(
-            not self.reward_model.enable or self.data.return_raw_chat,
+            not self.reward_model.is_generative or self.custom_reward_function.path is not None,
+            "custom_reward_function.path",
+            "a file with reward_model.rollout.name set (a generative reward model is asked and its verdict "
+            "parsed by your function, which gets the judge's address as reward_router_address)",
+            None,
+        )
+        check(
+            not self.reward_model.enable or self.reward_model.is_generative or self.data.return_raw_chat,
             "data.return_raw_chat",
             "True with reward_model.enable=True (the reward model reads the chat messages, re-templated "
             "with its own tokenizer)",
@@ -357,7 +365,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "reward_model.model.use_remove_padding",
     "reward_model.model.use_fused_kernels",
     *(f"reward_model.model.fsdp_config.{k}" for k in _FSDP_INERT),
-    "reward_model.rollout",
     "reward_model.use_reward_loop",
     "reward_model.reward_loop_module_path",
     "reward_model.reward_loop_class_name",
@@ -369,6 +376,18 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "trainer.use_legacy_worker_impl",
     "trainer.profile_steps",
 )
+SCORE_HEAD_KEYS = (
+    "reward_model.micro_batch_size",
+    "reward_model.micro_batch_size_per_gpu",
+    "reward_model.max_length",
+    "reward_model.use_dynamic_bsz",
+    "reward_model.forward_max_token_len_per_gpu",
+    "reward_model.model.input_tokenizer",
+    "reward_model.model.fsdp_config",
+)  # read by the score-head worker only, not by a generative judge
+JUDGE_INERT_KEYS = tuple(
+    f"reward_model.rollout.{f.name}" for f in fields(GenRMRolloutConfig) if f.name not in JUDGE_ROLLOUT_KEYS
+)  # engine keys a generative reward model does not read (parallelism, quantization, ...)
 REWARD_MODEL_KEYS = (
     "reward_model.model",
     "reward_model.micro_batch_size",
@@ -406,6 +425,10 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(AGENT_LOOP_KEYS)
     if not config.reward_model.enable:
         inert.update(REWARD_MODEL_KEYS)
+    if config.reward_model.is_generative:  # a judge served by an engine: no score-head worker
+        inert.update(SCORE_HEAD_KEYS + JUDGE_INERT_KEYS)
+    else:
+        inert.add("reward_model.rollout")
     model = config.actor_rollout_ref.model
     if model.lora_rank == 0 and not model.lora_adapter_path:
         inert.update(LORA_ONLY_KEYS)

@@ -10,8 +10,9 @@ Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``)
 (:mod:`verl.workers.reward_model`): colocated with the policy, or on its own pool
 (``enable_resource_pool``). Without a custom function the model's score is the reward (as in
 verl); with one, the function gets the score as ``extra_info["rm_score"]`` and returns the
-reward. The worker's keys are inert while ``enable=False``; ``rollout.*`` (verl's generative
-reward-model engine) is inert here.
+reward. With ``rollout.name`` set the model is a generative judge instead: served by that
+inference engine, and the custom function (required) gets its address as
+``reward_router_address``. The worker's keys are inert while ``enable=False``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import check
+from verl.config.base import check, check_choice
 from verl.config.engine import FSDPConfig
 from verl.config.genrm import GenRMRolloutConfig
 
@@ -162,6 +163,11 @@ class RewardModelConfig:
     scoring: ScoringPoolConfig = field(default_factory=ScoringPoolConfig)
     """Process pool that runs the scorers with a per-call timeout."""
 
+    @property
+    def is_generative(self) -> bool:
+        """A judge model served by an inference engine (``rollout.name`` set), not a score head."""
+        return self.enable and self.rollout.name is not None
+
     def validate(self, path: str) -> None:
         check(
             bool(self.reward_manager), f"{path}.reward_manager", "a reward manager name", self.reward_manager
@@ -181,6 +187,20 @@ class RewardModelConfig:
             "a positive integer",
             self.forward_max_token_len_per_gpu,
         )
+        if self.rollout.name is not None:
+            check_choice(self.rollout.name, ("hf", "vllm", "sglang"), f"{path}.rollout.name")
+            check(
+                self.rollout.tensor_model_parallel_size == 1,
+                f"{path}.rollout.tensor_model_parallel_size",
+                "1 (one judge engine per rank for now)",
+                self.rollout.tensor_model_parallel_size,
+            )
+            check(
+                self.reward_manager != "batch",
+                f"{path}.reward_manager",
+                "naive or dapo with a generative reward model (its calls get reward_router_address per row)",
+                self.reward_manager,
+            )
         if self.enable_resource_pool:
             for key in ("nnodes", "n_gpus_per_node"):
                 value = getattr(self, key)

@@ -24,6 +24,7 @@ from verl.config.ppo_trainer import (
     ALWAYS_INERT_KEYS,
     ENGINE_ONLY_KEYS,
     GPU_ONLY_KEYS,
+    JUDGE_INERT_KEYS,
     SERVER_ONLY_KEYS,
     PPOTrainerConfig,
     load_config,
@@ -32,7 +33,7 @@ from verl.config.rollout import RolloutConfig
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_DIR = REPO / "verl" / "config"
-INERT = (*ALWAYS_INERT_KEYS, *GPU_ONLY_KEYS, *ENGINE_ONLY_KEYS, *SERVER_ONLY_KEYS)
+INERT = (*ALWAYS_INERT_KEYS, *GPU_ONLY_KEYS, *ENGINE_ONLY_KEYS, *SERVER_ONLY_KEYS, *JUDGE_INERT_KEYS)
 # Keys whose effect is written but not yet called from a file this change may not edit; each entry
 # says what is missing. The test fails once the key is read, so the entry gets removed then.
 PENDING_CALLS: dict[str, str] = {}

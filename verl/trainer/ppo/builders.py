@@ -6,6 +6,7 @@ functions, the worker groups (colocated on one pool: the hybrid engine), the tra
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from typing import Any
 import ray
 import torch
 
+from verl.config.actor import ActorRolloutRefConfig, ModelConfig
+from verl.config.genrm import JUDGE_ROLLOUT_KEYS
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
 from verl.utils import builtin, builtin_tool_task
@@ -194,6 +197,18 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
 
 
 def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
+    """A discriminative reward model (a scoring worker), or with ``reward_model.rollout.name`` a
+    generative one: the judge model served by a rollout engine, like the policy in server mode."""
+    if config.reward_model.is_generative:
+        from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+        rm = config.reward_model
+        source = TokenizerSource(
+            path=rm.model.path, trust_remote_code=rm.model.trust_remote_code, key="reward_model.model.path"
+        )
+        return RayClassWithInitArgs(
+            ActorRolloutRefWorker, judge_config(config), role="rollout", tokenizer=source
+        )
     from verl.workers.reward_model import RewardModelWorker
 
     return RayClassWithInitArgs(
@@ -202,6 +217,25 @@ def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
         policy_tokenizer=tokenizer_source(config),
         nccl_timeout_s=config.actor_rollout_ref.nccl_timeout,
     )
+
+
+def judge_config(config: PPOTrainerConfig) -> ActorRolloutRefConfig:
+    """The generative reward model as a rollout-only config: the model of ``reward_model.model``,
+    the engine and sampling of ``reward_model.rollout`` (``JUDGE_ROLLOUT_KEYS``), always served
+    (``mode=async``: custom reward functions send it chat requests over HTTP)."""
+    rm = config.reward_model
+    judge = copy.deepcopy(config.actor_rollout_ref)
+    judge.model = ModelConfig(
+        path=rm.model.path,
+        trust_remote_code=rm.model.trust_remote_code,
+        external_lib=rm.model.external_lib,
+        override_config=dict(rm.model.override_config),
+    )
+    for key in JUDGE_ROLLOUT_KEYS:
+        setattr(judge.rollout, key, getattr(rm.rollout, key))
+    judge.rollout.mode = "async"
+    judge.rollout.multi_turn.enable = False
+    return judge
 
 
 def _critic_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:

@@ -162,12 +162,17 @@ class RayPPOTrainer:
         )
 
     def use_reward_model_scores(self) -> None:
-        """With a reward-model worker group, every reward (training, validation, baselines) is
-        scored by it first."""
+        """With a score-head reward model, every reward (training, validation, baselines) is scored
+        by its worker group first; with a generative one, scorer calls get a judge server's address."""
         rm_wg = self.wgs.get("reward_model")
-        if rm_wg is not None:
-            self.reward_fn = ModelScoredReward(self.reward_fn, rm_wg)
-            self.val_reward_fn = ModelScoredReward(self.val_reward_fn, rm_wg)
+        if rm_wg is None:
+            return
+        if self.config.reward_model.is_generative:  # a judge: the custom function asks its servers
+            addresses = list(rm_wg.server_address())
+            self.reward_fn.judge_addresses = self.val_reward_fn.judge_addresses = addresses
+            return
+        self.reward_fn = ModelScoredReward(self.reward_fn, rm_wg)
+        self.val_reward_fn = ModelScoredReward(self.val_reward_fn, rm_wg)
 
     def close(self) -> None:
         close_client = getattr(self.rollout_client, "close", None)  # a server client; groups shut down below

@@ -17,7 +17,9 @@ something that is not a number or a dict with a numeric ``"score"`` scores 0.0 a
 If ``data.batch`` has ``rm_scores`` (a reward-model worker ran), they are the reward, as in verl,
 unless a custom function is configured (``custom_reward_function.path``): then that function is
 called as usual with the row's model score added to its ``extra_info`` as ``rm_score``, and
-returns the reward (e.g. the model score plus a rule bonus).
+returns the reward (e.g. the model score plus a rule bonus). With a generative reward model
+(``judge_addresses``), every call also gets ``reward_router_address``: the base URL of a judge
+server (OpenAI-compatible ``/v1/chat/completions``), spread over the servers row by row.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class RewardManager:
         if num_workers > 0:
             check_picklable(compute_score)  # fail now, not at the first scoring call
         self._pool: ScoringPool | None = None
+        self.judge_addresses: list[str] = []
+        """Base URLs of a generative reward model's servers (``reward_model.rollout.name``); each
+        scorer call gets one as ``reward_router_address``, row by row in turn."""
 
     @property
     def pool(self) -> ScoringPool:
@@ -207,6 +212,9 @@ class RewardManager:
         if "rm_scores" in data.batch.keys():
             for call, score in zip(calls, data.batch["rm_scores"].sum(-1).tolist()):
                 call["extra_info"] = {**(call["extra_info"] or {}), "rm_score": score}
+        for i, call in enumerate(calls):
+            if self.judge_addresses:
+                call["reward_router_address"] = self.judge_addresses[i % len(self.judge_addresses)]
         return calls
 
     # ------------------------------------------------------------------ hooks

@@ -1,0 +1,100 @@
+"""A generative reward model (LLM-as-judge): ``reward_model.rollout.name=hf`` serves the judge
+model like the policy in server mode, and the custom reward function asks it over HTTP
+(``reward_router_address``), fills a prompt template and parses the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.trainer.fit import fit_trainer
+from verl.config.base import ConfigError
+from verl.config.ppo_trainer import load_config
+from verl.utils import builtin
+from verl.utils.dataset.arith import make_arith_rows
+from verl.utils.dataset.schema import write_parquet
+
+JUDGE = """
+from verl.utils.reward_score.judge import chat_complete
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address, **kwargs):
+    # the judge works the sum out itself; the verdict: does the response agree with it?
+    judged = chat_complete(reward_router_address, [{"role": "user", "content": extra_info["question"]}])
+    return {"score": float(judged.strip() == solution_str.strip()), "judged": judged.strip()}
+"""
+
+
+def write_task(folder) -> tuple[str, str]:
+    """The built-in task with each row's question in extra_info (what the judge is asked)."""
+    paths = []
+    for split, size in (("train", 64), ("test", 16)):
+        rows = make_arith_rows(size, seed=0, split=split)
+        for row in rows:
+            row["extra_info"]["question"] = row["prompt"][0]["content"]
+        paths.append(str(write_parquet(rows, folder / f"{split}.parquet")))
+    return paths[0], paths[1]
+
+
+def greedy_answer(model, tokenizer, question: str) -> str:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)
+    ids = torch.tensor([ids["input_ids"] if hasattr(ids, "keys") else ids])
+    out = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_judge_served_by_the_rollout_engine_scores_through_a_custom_function(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.chdir(tmp_path)
+    train, val = write_task(tmp_path)
+    judge = tmp_path / "judge.py"
+    judge.write_text(JUDGE)
+    config = load_config(
+        [
+            f"data.train_files={train}",
+            f"data.val_files={val}",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "reward_model.enable=True",
+            f"reward_model.model.path={builtin.builtin_model_dir()}",
+            "reward_model.rollout.name=hf",
+            "reward_model.rollout.do_sample=False",
+            "reward_model.rollout.prompt_length=16",
+            "reward_model.rollout.response_length=4",
+            f"custom_reward_function.path={judge}",
+            "trainer.total_training_steps=2",
+            "trainer.val_before_train=False",
+            f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+            "trainer.logger=[console]",
+        ]
+    )
+    fit_trainer(config)
+    rows = [json.loads(line) for line in (tmp_path / "rollouts" / "1.jsonl").open()]
+    assert len(rows) == 32
+    # the verdicts are the judge's (a plain transformers greedy decode of the same model) compared
+    # with each response
+    tokenizer = AutoTokenizer.from_pretrained(builtin.builtin_model_dir())
+    model = AutoModelForCausalLM.from_pretrained(builtin.builtin_model_dir(), dtype=torch.float32).eval()
+    answers = {}
+    for row in rows:
+        question = row["input"].strip()
+        answers.setdefault(question, greedy_answer(model, tokenizer, question))
+        assert row["judged"] == answers[question], row
+        assert row["score"] == float(row["judged"] == row["output"].strip()), row
+    assert 0 < sum(row["score"] for row in rows) < len(rows)  # both verdicts occur
+
+
+def test_a_generative_reward_model_needs_a_custom_function():
+    with pytest.raises(
+        ConfigError, match=r"custom_reward_function\.path: expected a file with reward_model\.rollout"
+    ):
+        load_config(["reward_model.enable=True", "reward_model.rollout.name=hf"])
+    with pytest.raises(ConfigError, match=r"reward_model\.rollout\.name: expected one of"):
+        load_config(
+            ["reward_model.enable=True", "reward_model.rollout.name=trtllm", "data.return_raw_chat=True"]
+        )
