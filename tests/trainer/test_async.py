@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from tests.trainer.fit import fit_trainer
 from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo import builders
@@ -142,12 +143,7 @@ def test_an_async_run_learns_the_default_task(ray_session, builtin_assets):
     ]
     config = load_config(overrides)
     builders.prepare_builtin_assets(config)
-    trainer = AsyncPPOTrainer(config)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
+    trainer = fit_trainer(config, AsyncPPOTrainer)
     (_, before), (_, after) = trainer.validator.history[0], trainer.validator.history[-1]
     key = "val-core/arith/acc/mean@1"
     print(f"async run: {before[key]:.3f} -> {after[key]:.3f}")

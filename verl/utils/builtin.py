@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,23 +79,26 @@ def ensure_builtin_sft_data(*paths: str) -> None:
     """Write the arithmetic task's SFT chats if ``paths`` point at them and they are missing."""
     from verl.utils.dataset.arith import write_arith_sft_parquet
 
-    write_task_once(
-        builtin_data_dir(),
-        tuple(p for p in paths if Path(p).expanduser().name.startswith("sft_")),
-        lambda folder: write_arith_sft_parquet(folder, train_size=10_000, test_size=200, seed=0),
-        "the built-in arithmetic task's SFT chats",
-    )
+    _write_prefixed_files(paths, "sft_", write_arith_sft_parquet, "the built-in arithmetic task's SFT chats")
 
 
 def ensure_builtin_preference_data(*paths: str) -> None:
     """Write the arithmetic task's preference pairs if ``paths`` point at them and they are missing."""
     from verl.utils.dataset.arith import write_arith_preference_parquet
 
+    _write_prefixed_files(
+        paths, "pref_", write_arith_preference_parquet, "the built-in arithmetic task's preference pairs"
+    )
+
+
+def _write_prefixed_files(paths: tuple[str, ...], prefix: str, write: Callable[..., Any], what: str) -> None:
+    """``write(folder, train_size=10_000, test_size=200, seed=0)`` when one of the built-in files
+    named ``<prefix>*`` among ``paths`` is missing."""
     write_task_once(
         builtin_data_dir(),
-        tuple(p for p in paths if Path(p).expanduser().name.startswith("pref_")),
-        lambda folder: write_arith_preference_parquet(folder, train_size=10_000, test_size=200, seed=0),
-        "the built-in arithmetic task's preference pairs",
+        tuple(p for p in paths if Path(p).expanduser().name.startswith(prefix)),
+        lambda folder: write(folder, train_size=10_000, test_size=200, seed=0),
+        what,
     )
 
 

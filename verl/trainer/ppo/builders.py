@@ -144,12 +144,7 @@ def build_worker_groups(
     """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)
     (+the reward model, unless it has a pool of its own)."""
     trainer = config.trainer
-    pool = RayResourcePool(
-        [trainer.n_gpus_per_node] * trainer.nnodes,
-        use_gpu=device == "cuda",
-        name_prefix="global_pool",
-        cpus_per_process=trainer.cpus_per_worker,
-    )
+    pool = _pool(trainer.nnodes, trainer.n_gpus_per_node, device, "global_pool", trainer.cpus_per_worker)
     role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
     class_dict = {"actor_rollout": _policy_worker(config, role)}
     if config.use_critic:
@@ -174,6 +169,12 @@ def build_worker_groups(
     return groups, pools
 
 
+def _pool(nnodes: int, per_node: int, device: str, name: str, cpus_per_process: float) -> RayResourcePool:
+    return RayResourcePool(
+        [per_node] * nnodes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus_per_process
+    )
+
+
 def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list[RayResourcePool]) -> dict:
     """``reward_model.enable_resource_pool``: the reward model on a pool of its own
     (``reward_model.nnodes x n_gpus_per_node`` processes; appended to ``pools``)."""
@@ -181,12 +182,7 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
     if not (rm.enable and rm.enable_resource_pool):
         return {}
     trainer = config.trainer
-    pool = RayResourcePool(
-        [rm.n_gpus_per_node] * rm.nnodes,
-        use_gpu=device == "cuda",
-        name_prefix="reward_model_pool",
-        cpus_per_process=trainer.cpus_per_worker,
-    )
+    pool = _pool(rm.nnodes, rm.n_gpus_per_node, device, "reward_model_pool", trainer.cpus_per_worker)
     pools.append(pool)
     return create_colocated_worker_groups(
         pool,
