@@ -11,7 +11,7 @@ import torch
 
 from tests.trainer.fit import fit_trainer
 from verl.config.base import ConfigError
-from verl.config.ppo_trainer import load_config
+from verl.config.ppo_trainer import inert_keys, load_config
 from verl.utils import builtin
 from verl.utils.dataset.arith import make_arith_rows
 from verl.utils.dataset.schema import write_parquet
@@ -89,12 +89,41 @@ def test_a_judge_served_by_the_rollout_engine_scores_through_a_custom_function(t
     assert 0 < sum(row["score"] for row in rows) < len(rows)  # both verdicts occur
 
 
-def test_a_generative_reward_model_needs_a_custom_function():
-    with pytest.raises(
-        ConfigError, match=r"custom_reward_function\.path: expected a file with reward_model\.rollout"
-    ):
+def test_without_a_custom_function_the_reward_model_is_a_score_head():
+    # verl's rule: the judge is asked only by a custom function; without one, reward_model.rollout.name
+    # is verl's engine for a score-head model (inert here), which reads the chat messages
+    with pytest.raises(ConfigError, match=r"data\.return_raw_chat: expected True with reward_model\.enable"):
         load_config(["reward_model.enable=True", "reward_model.rollout.name=hf"])
+    verl_reward_loop_script = [  # examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh in verl
+        "data.return_raw_chat=True",
+        "reward_model.enable=True",
+        "reward_model.use_reward_loop=True",
+        "reward_model.rollout.name=vllm",
+        "reward_model.rollout.gpu_memory_utilization=0.8",
+        "reward_model.rollout.tensor_model_parallel_size=1",
+        "reward_model.rollout.prompt_length=4096",
+        "reward_model.rollout.response_length=4096",
+        "reward_model.num_workers=8",
+    ]
+    config = load_config(verl_reward_loop_script)
+    assert not config.uses_judge
+    assert "reward_model.rollout.gpu_memory_utilization" in inert_keys(config, "cpu", verl_reward_loop_script)
     with pytest.raises(ConfigError, match=r"reward_model\.rollout\.name: expected one of"):
         load_config(
             ["reward_model.enable=True", "reward_model.rollout.name=trtllm", "data.return_raw_chat=True"]
         )
+
+
+def test_a_judge_refuses_what_it_cannot_do(tmp_path):
+    judge = tmp_path / "judge.py"
+    judge.write_text(JUDGE)
+    base = [
+        "reward_model.enable=True",
+        "reward_model.rollout.name=hf",
+        f"custom_reward_function.path={judge}",
+    ]
+    assert load_config(base).uses_judge
+    with pytest.raises(ConfigError, match=r"reward_model\.rollout\.tensor_model_parallel_size: expected 1"):
+        load_config([*base, "reward_model.rollout.tensor_model_parallel_size=2"])
+    with pytest.raises(ConfigError, match=r"reward_model\.reward_manager: expected naive or dapo"):
+        load_config([*base, "reward_model.reward_manager=batch"])

@@ -1,12 +1,14 @@
 """``reward_model.rollout`` / ``reward.reward_model.rollout``: the inference engine of a
 generative reward model (a judge).
 
-With ``reward_model.enable=True`` and ``name`` set, ``reward_model.model.path`` is served by that
-engine (hf | vllm | sglang), one replica per rank of its pool, with the OpenAI-compatible HTTP
-front of the policy's server mode; custom reward functions receive its address as
-``reward_router_address``. The keys in :data:`JUDGE_ROLLOUT_KEYS` set the judge's engine and default sampling; the others are inert (noted at start-up). Keys and
-defaults are verl's (0.8 ``reward_model.rollout`` and 0.9 ``reward.reward_model.rollout``), except
-``tensor_model_parallel_size`` (1: one engine per rank).
+With ``reward_model.enable=True``, ``name`` set and a ``custom_reward_function`` (verl's rule: the
+function scores), ``reward_model.model.path`` is a judge served by that engine (hf | vllm |
+sglang), one replica per rank of its pool, with the OpenAI-compatible HTTP front of the policy's
+server mode; the custom function receives its address as ``reward_router_address``. Without a
+custom function the reward model is a score head and these keys are inert. The keys in
+:data:`JUDGE_ROLLOUT_KEYS` set the judge's engine and default sampling; the others are inert
+(noted at start-up). Keys and defaults are verl's (0.8 ``reward_model.rollout`` and 0.9
+``reward.reward_model.rollout``), except ``tensor_model_parallel_size`` (1: one engine per rank).
 """
 
 from __future__ import annotations

@@ -128,22 +128,41 @@ class PPOTrainerConfig:
             cap,
         )
 
-    def _check_agent_loop(self) -> None:
-        rollout = self.actor_rollout_ref.rollout
+    @property
+    def uses_judge(self) -> bool:
+        """A generative reward model: ``reward_model.rollout.name`` set and a custom function that asks
+        it. As in verl, with a custom function the function scores; without one the reward model is
+        a score head (``rollout.name`` is then verl's engine for it, inert here)."""
+        rm = self.reward_model
+        return rm.enable and rm.rollout.name is not None and self.custom_reward_function.path is not None
+
+    def _check_reward_model(self) -> None:
+        rm = self.reward_model
+        if self.uses_judge:
+            check(
+                rm.rollout.tensor_model_parallel_size == 1,
+                "reward_model.rollout.tensor_model_parallel_size",
+                "1 (one judge engine per rank for now)",
+                rm.rollout.tensor_model_parallel_size,
+            )
+            check(
+                rm.reward_manager != "batch",
+                "reward_model.reward_manager",
+                "naive or dapo with a generative reward model (its calls get reward_router_address per row)",
+                rm.reward_manager,
+            )
+            return
         check(
-            not self.reward_model.is_generative or self.custom_reward_function.path is not None,
-            "custom_reward_function.path",
-            "a file with reward_model.rollout.name set (a generative reward model is asked and its verdict "
-            "parsed by your function, which gets the judge's address as reward_router_address)",
-            None,
-        )
-        check(
-            not self.reward_model.enable or self.reward_model.is_generative or self.data.return_raw_chat,
+            not rm.enable or self.data.return_raw_chat,
             "data.return_raw_chat",
             "True with reward_model.enable=True (the reward model reads the chat messages, re-templated "
             "with its own tokenizer)",
             self.data.return_raw_chat,
         )
+
+    def _check_agent_loop(self) -> None:
+        rollout = self.actor_rollout_ref.rollout
+        self._check_reward_model()
         check(
             not rollout.multi_turn.enable or self.data.return_raw_chat,
             "data.return_raw_chat",
@@ -425,7 +444,7 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(AGENT_LOOP_KEYS)
     if not config.reward_model.enable:
         inert.update(REWARD_MODEL_KEYS)
-    if config.reward_model.is_generative:  # a judge served by an engine: no score-head worker
+    if config.uses_judge:  # a judge served by an engine: no score-head worker
         inert.update(SCORE_HEAD_KEYS + JUDGE_INERT_KEYS)
     else:
         inert.add("reward_model.rollout")

@@ -10,9 +10,9 @@ Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``)
 (:mod:`verl.workers.reward_model`): colocated with the policy, or on its own pool
 (``enable_resource_pool``). Without a custom function the model's score is the reward (as in
 verl); with one, the function gets the score as ``extra_info["rm_score"]`` and returns the
-reward. With ``rollout.name`` set the model is a generative judge instead: served by that
-inference engine, and the custom function (required) gets its address as
-``reward_router_address``. The worker's keys are inert while ``enable=False``.
+reward. With ``rollout.name`` set as well as a custom function, the model is a generative judge
+instead (verl's rule: with a custom function, the function scores): served by that inference
+engine, and the function gets its address as ``reward_router_address``. The worker's keys are inert while ``enable=False``.
 """
 
 from __future__ import annotations
@@ -163,11 +163,6 @@ class RewardModelConfig:
     scoring: ScoringPoolConfig = field(default_factory=ScoringPoolConfig)
     """Process pool that runs the scorers with a per-call timeout."""
 
-    @property
-    def is_generative(self) -> bool:
-        """A judge model served by an inference engine (``rollout.name`` set), not a score head."""
-        return self.enable and self.rollout.name is not None
-
     def validate(self, path: str) -> None:
         check(
             bool(self.reward_manager), f"{path}.reward_manager", "a reward manager name", self.reward_manager
@@ -189,18 +184,6 @@ class RewardModelConfig:
         )
         if self.rollout.name is not None:
             check_choice(self.rollout.name, ("hf", "vllm", "sglang"), f"{path}.rollout.name")
-            check(
-                self.rollout.tensor_model_parallel_size == 1,
-                f"{path}.rollout.tensor_model_parallel_size",
-                "1 (one judge engine per rank for now)",
-                self.rollout.tensor_model_parallel_size,
-            )
-            check(
-                self.reward_manager != "batch",
-                f"{path}.reward_manager",
-                "naive or dapo with a generative reward model (its calls get reward_router_address per row)",
-                self.reward_manager,
-            )
         if self.enable_resource_pool:
             for key in ("nnodes", "n_gpus_per_node"):
                 value = getattr(self, key)

@@ -203,7 +203,8 @@ def load_reward_model(
         raise ModelPathError(
             f"{key}={model_config.path!r}: the checkpoint has no trained score head (missing "
             f"{', '.join(sorted(untrained))}); expected a sequence- or token-classification model with one label "
-            "(e.g. one trained with python -m verl.trainer.rm_trainer)"
+            "(e.g. one trained with python -m verl.trainer.rm_trainer); for a generative judge set "
+            "reward_model.rollout.name and a custom_reward_function that asks it"
         )
     return model
 

@@ -195,7 +195,7 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
 def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
     """A discriminative reward model (a scoring worker), or with ``reward_model.rollout.name`` a
     generative one: the judge model served by a rollout engine, like the policy in server mode."""
-    if config.reward_model.is_generative:
+    if config.uses_judge:
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
         rm = config.reward_model

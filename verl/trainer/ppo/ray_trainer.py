@@ -167,7 +167,7 @@ class RayPPOTrainer:
         rm_wg = self.wgs.get("reward_model")
         if rm_wg is None:
             return
-        if self.config.reward_model.is_generative:  # a judge: the custom function asks its servers
+        if self.config.uses_judge:  # a judge: the custom function asks its servers
             addresses = list(rm_wg.server_address())
             self.reward_fn.judge_addresses = self.val_reward_fn.judge_addresses = addresses
             return
