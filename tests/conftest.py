@@ -10,6 +10,10 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The built-in task and tiny model are cached here (created once, reused by later runs).
 os.environ.setdefault("VERL_CACHE_DIR", str(REPO_ROOT / ".cache" / "verl"))
+# Trainings run one after another in this process: each starts its roles in the worker processes
+# the previous one left clean (tests/single_controller/test_process_reuse.py checks that this
+# changes no number), which saves the start-up of Python, torch and the imports per run.
+os.environ.setdefault("VERL_REUSE_WORKER_PROCESSES", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

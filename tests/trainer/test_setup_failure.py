@@ -11,6 +11,8 @@ from ray.util.placement_group import PlacementGroup, remove_placement_group
 
 from verl.config.ppo_trainer import load_config
 from verl.single_controller import WorkerGroupError
+from verl.single_controller.ray import release_parked_workers
+from verl.single_controller.ray.resource_pool import REUSE_ENV
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -46,8 +48,10 @@ def remove_placement_groups(pg_ids: set[str]) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_failed_worker_setup_frees_its_placement_groups_for_the_restart_and_the_next_run(
-    ray_session, builtin_assets, mode
+    ray_session, builtin_assets, mode, monkeypatch
 ):
+    monkeypatch.setenv(REUSE_ENV, "0")  # every bundle must be given back, none kept for reuse
+    release_parked_workers()
     before = live_placement_groups()
     failing = [*MODES[mode], *COMMON, "trainer.max_restarts=1", BROKEN_PLUGIN]
     start = time.monotonic()

@@ -49,6 +49,12 @@ class Worker:
         default_device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device_type = os.environ.get("VERL_DEVICE", default_device)
 
+    def process_reusable(self) -> bool:
+        """Whether a later run in the same driver may reuse this worker's process once this worker
+        is dropped (``VERL_REUSE_WORKER_PROCESSES=1``). Off unless a role says so: it must keep all
+        of its state in the worker object (no threads, child processes or patched modules left)."""
+        return False
+
     @property
     def device(self) -> torch.device:
         if self.device_type == "cuda":

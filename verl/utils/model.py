@@ -68,9 +68,22 @@ def _from_pretrained(load: Any, path: str, **kwargs: Any) -> nn.Module:
         raise read_error(broken, error) from error
 
 
+_EXTERNAL_IMPORTED: set[str] = set()
+
+
 def _import_external(lib: str | None) -> None:
     if lib:
         importlib.import_module(lib)
+        _EXTERNAL_IMPORTED.add(lib)
+
+
+def external_code_loaded() -> bool:
+    """Whether this process imported code from outside verl for a model (``model.external_lib``, or
+    ``trust_remote_code`` modules): such code may have patched anything, so the process is not
+    handed to another run (see ``VERL_REUSE_WORKER_PROCESSES``)."""
+    import sys
+
+    return bool(_EXTERNAL_IMPORTED) or "transformers_modules" in sys.modules
 
 
 def load_tokenizer(

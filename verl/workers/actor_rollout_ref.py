@@ -71,6 +71,10 @@ class ActorRolloutRefWorker(Worker):
         self.version = 0
         self.tokenizer_source = tokenizer or resolve_tokenizer_source(config.model)
 
+    def process_reusable(self) -> bool:
+        # an inference engine (vLLM, SGLang) or a server keeps state beyond this object
+        return self.server is None and (self.rollout is None or self.config.rollout.name == "hf")
+
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:

@@ -36,6 +36,9 @@ class RewardModelWorker(Worker):
         self.nccl_timeout_s = nccl_timeout_s
         self.engine: FSDPEngine | None = None
 
+    def process_reusable(self) -> bool:
+        return True
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         self.init_process_group(self.nccl_timeout_s)

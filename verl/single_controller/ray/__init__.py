@@ -1,6 +1,11 @@
 """Ray backend of the single controller: resource pools and worker groups."""
 
-from verl.single_controller.ray.resource_pool import RayResourcePool, ResourcePoolError, ResourcePoolManager
+from verl.single_controller.ray.resource_pool import (
+    RayResourcePool,
+    ResourcePoolError,
+    ResourcePoolManager,
+    release_parked_workers,
+)
 from verl.single_controller.ray.worker_group import (
     RayClassWithInitArgs,
     RayWorkerGroup,
@@ -16,4 +21,5 @@ __all__ = [
     "ResourcePoolManager",
     "WorkerHost",
     "create_colocated_worker_groups",
+    "release_parked_workers",
 ]

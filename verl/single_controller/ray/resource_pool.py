@@ -4,16 +4,64 @@
 bundle per process (``{"GPU": 1, "CPU": c}`` with GPUs, ``{"CPU": c}`` without), one
 placement group per node. ``ResourcePoolManager`` names pools and maps roles to them:
 roles mapped to the same pool are colocated; roles on different pools are split.
+
+With ``VERL_REUSE_WORKER_PROCESSES=1`` a driver that runs several trainings one after another (a
+sweep in a notebook, a test session) keeps the worker processes of a finished run, with their
+placement groups, and a later pool of the same shape starts its roles in them: the roles are
+built anew, only the process start-up (Python, torch, imports: seconds per run on a CPU) is
+saved. A process is kept only when its roles left it clean (see ``WorkerHost.release``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
-__all__ = ["RayResourcePool", "ResourcePoolError", "ResourcePoolManager"]
+__all__ = [
+    "REUSE_ENV",
+    "RayResourcePool",
+    "ResourcePoolError",
+    "ResourcePoolManager",
+    "release_parked_workers",
+    "reuse_enabled",
+]
+
+logger = logging.getLogger(__name__)
+
+REUSE_ENV = "VERL_REUSE_WORKER_PROCESSES"
+
+_PARKED: list[tuple[tuple, list[PlacementGroup], Any]] = []
+"""Worker processes kept from finished runs: (pool shape, placement groups, hosts)."""
+
+
+def reuse_enabled() -> bool:
+    return os.environ.get(REUSE_ENV, "0") == "1"
+
+
+def _ray_job() -> str:
+    return ray.get_runtime_context().get_job_id() if ray.is_initialized() else ""
+
+
+def release_parked_workers() -> int:
+    """End the kept worker processes and give their bundles back; how many pools were kept."""
+    _forget_other_sessions()
+    count = len(_PARKED)
+    while _PARKED:
+        _, pgs, hosts = _PARKED.pop()
+        hosts.kill()
+        for pg in pgs:
+            remove_placement_group(pg)
+    return count
+
+
+def _forget_other_sessions() -> None:
+    """Kept processes belong to one Ray session; after ``ray.shutdown()`` they are gone already."""
+    _PARKED[:] = [entry for entry in _PARKED if entry[0][0] == _ray_job()]
 
 
 class ResourcePoolError(RuntimeError):
@@ -47,6 +95,7 @@ class RayResourcePool:
         self.max_colocate_count = max_colocate_count
         self.cpus_per_process = cpus_per_process
         self._pgs: list[PlacementGroup] | None = None
+        self._warm_hosts: Any = None  # kept processes this pool's first worker group starts in
 
     @property
     def world_size(self) -> int:
@@ -60,7 +109,10 @@ class RayResourcePool:
 
     def placement_groups(self, timeout_s: float = 120.0) -> list[PlacementGroup]:
         """Create (once) and wait for this pool's placement groups, one per node."""
+        if self._pgs is None and reuse_enabled():
+            self._take_parked()
         if self._pgs is None:
+            release_parked_workers()  # their bundles may be the ones this pool needs
             self._check_cluster_can_fit()
             strategy = "STRICT_PACK" if len(self.process_on_nodes) > 1 else "PACK"
             self._pgs = [
@@ -87,9 +139,47 @@ class RayResourcePool:
 
     def release(self) -> None:
         """Remove the placement groups (their bundles go back to the cluster)."""
+        if self._warm_hosts is not None:
+            self._warm_hosts.kill()
+            self._warm_hosts = None
         for pg in self._pgs or []:
             remove_placement_group(pg)
         self._pgs = None
+
+    # ------------------------------------------------------------------ process reuse
+    def shape(self) -> tuple:
+        """What a kept process must match to host this pool's ranks (in this Ray session)."""
+        return (
+            _ray_job(),
+            tuple(self.process_on_nodes),
+            self.use_gpu,
+            self.cpus_per_process,
+            self.max_colocate_count,
+        )
+
+    def can_park(self) -> bool:
+        """Whether this pool's processes may be kept for a later run (one group per bundle)."""
+        return reuse_enabled() and self._pgs is not None and self.max_colocate_count == 1
+
+    def park(self, hosts: Any) -> None:
+        """Keep ``hosts`` (released, alive) and this pool's placement groups for a later pool of the
+        same shape; this pool no longer owns them."""
+        _PARKED.append((self.shape(), self._pgs, hosts))
+        self._pgs = None
+        logger.info("pool %r: %d worker processes kept for the next run", self.name_prefix, self.world_size)
+
+    def take_warm_hosts(self) -> Any:
+        """Kept processes this pool took over (once), or None."""
+        hosts, self._warm_hosts = self._warm_hosts, None
+        return hosts
+
+    def _take_parked(self) -> None:
+        _forget_other_sessions()
+        for i, (shape, pgs, hosts) in enumerate(_PARKED):
+            if shape == self.shape():
+                del _PARKED[i]
+                self._pgs, self._warm_hosts = pgs, hosts
+                return
 
     def _check_cluster_can_fit(self) -> None:
         total = ray.cluster_resources()

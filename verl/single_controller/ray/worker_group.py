@@ -9,8 +9,10 @@ sees one :class:`RayWorkerGroup` per role. Roles on different pools are split pl
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -30,6 +32,12 @@ from verl.single_controller.worker_group import (
 from verl.utils import stacks
 
 logger = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT_S = 60.0
+"""How long the ranks get to drop their roles before their processes are killed instead of kept."""
+
+PROCESS_WIDE_THREADS = frozenset({"tqdm_monitor"})
+"""Threads a library starts once per process and keeps (they hold no state of a run)."""
 
 PEER_GRACE_S = 60.0
 """After one rank raises, how long the other ranks get to reveal that one of them died (Ray
@@ -66,29 +74,102 @@ class WorkerHost:
 
     def setup(self, env: dict[str, str], roles: dict[str, RayClassWithInitArgs]) -> tuple[int, str]:
         os.environ.update(env)
+        self._threads_before = {t.ident for t in threading.enumerate()}
         for role, spec in roles.items():
             self._workers[role] = spec.instantiate()
         return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def release(self) -> str:
+        """Drop this process's roles so a later run can start its own here. Returns "" when the
+        process is as clean as a fresh one (no role state, process group, child process, thread or
+        model plugin left), else why not: the driver then kills it."""
+        import psutil
+        import torch
+        import torch.distributed as dist
+
+        from verl.utils.model import external_code_loaded
+
+        kept = [role for role, worker in self._workers.items() if not _reusable(worker)]
+        if kept:
+            return f"roles {kept} keep state outside their worker objects"
+        self._workers.clear()
+        gc.collect()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        if external_code_loaded():
+            return "a model plugin (model.external_lib) or remote model code was imported"
+        children = [child.pid for child in psutil.Process().children(recursive=True)]
+        if children:
+            return f"child processes {children} are still running"
+        threads = [
+            t.name
+            for t in threading.enumerate()
+            if t.ident not in self._threads_before and t.name not in PROCESS_WIDE_THREADS
+        ]
+        if threads:
+            return f"threads {threads} are still running"
+        return ""
 
     def call(self, _verl_role: str, _verl_method: str, *args: Any, **kwargs: Any) -> Any:
         # Arguments travel as top-level task arguments so Ray resolves ObjectRefs among them.
         return getattr(self._workers[_verl_role], _verl_method)(*args, **kwargs)
 
 
+def _reusable(worker: Any) -> bool:
+    reusable = getattr(worker, "process_reusable", None)
+    return bool(reusable is not None and reusable())
+
+
 class _Hosts:
     """The host actors of one pool placement, shared by the role groups colocated on them."""
 
-    def __init__(self, actors: list[Any], processes: list[tuple[int, str]]) -> None:
+    def __init__(
+        self,
+        actors: list[Any],
+        processes: list[tuple[int, str]],
+        pool: RayResourcePool | None = None,
+        max_concurrency: int = 1,
+    ) -> None:
         self.actors = actors
         self.pids = [pid for pid, _ in processes]
         self.node_ids = [node for _, node in processes]
+        self.pool = pool
+        self.max_concurrency = max_concurrency
         self.alive = True
+        self.last_call: dict[int, Any] = {}  # rank -> its latest call (each rank runs calls in order)
+        self.failed = False  # a call failed or timed out: the processes are not kept
 
     def kill(self) -> None:
         if self.alive:
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
             self.alive = False
+
+    def close(self) -> None:
+        """End these processes, or keep them for a later run when the pool allows it and every rank
+        released its roles cleanly (``VERL_REUSE_WORKER_PROCESSES=1``)."""
+        if not self.alive:
+            return
+        if self.pool is not None and self.pool.can_park() and self._idle():
+            try:
+                reasons = ray.get([a.release.remote() for a in self.actors], timeout=RELEASE_TIMEOUT_S)
+            except Exception as error:  # a dead or stuck rank: nothing to keep
+                reasons = [f"release failed ({_first_line(error)})"]
+            if not any(reasons):  # the pool keeps them; this group is done with them
+                processes = list(zip(self.pids, self.node_ids))
+                self.pool.park(_Hosts(self.actors, processes, max_concurrency=self.max_concurrency))
+                self.alive = False
+                return
+            logger.info("worker processes not kept: %s", "; ".join(r for r in reasons if r))
+        self.kill()
+
+    def _idle(self) -> bool:
+        """No call failed and none is still running."""
+        calls = list(self.last_call.values())
+        done, _ = ray.wait(calls, num_returns=len(calls), timeout=0) if calls else ([], [])
+        return not self.failed and len(done) == len(calls)
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -131,8 +212,9 @@ class RayWorkerGroup(WorkerGroup):
         return self._hosts.pids
 
     def shutdown(self) -> None:
-        """Kill this group's processes (and so every role colocated on them)."""
-        self._hosts.kill()
+        """End this group's processes (and so every role colocated on them); with
+        ``VERL_REUSE_WORKER_PROCESSES=1`` clean ones are kept for a later run instead."""
+        self._hosts.close()
 
     def dump_stacks(self, ranks: list[int] | None = None) -> dict[int, str]:
         """The Python stack of every thread of each rank's process (all ranks by default), taken
@@ -144,11 +226,20 @@ class RayWorkerGroup(WorkerGroup):
         if not self._hosts.alive:
             raise WorkerDiedError(f"role {self.role!r}: cannot call {method}(), the group was shut down")
         rank_calls = _put_shared_args(rank_calls)
-        return [
+        refs = [
             self._hosts.actors[rank].call.remote(self.role, method, *a, **k) for rank, (a, k) in rank_calls
         ]
+        self._hosts.last_call.update((rank, ref) for (rank, _), ref in zip(rank_calls, refs))
+        return refs
 
     def _wait(self, method: str, handles: list[tuple[int, Any]], timeout_s: float) -> list[Any]:
+        try:
+            return self._collect(method, handles, timeout_s)
+        except WorkerGroupError:
+            self._hosts.failed = True
+            raise
+
+    def _collect(self, method: str, handles: list[tuple[int, Any]], timeout_s: float) -> list[Any]:
         """Collect results in rank order; the first failure anywhere is raised at once."""
         rank_of = {ref: rank for rank, ref in handles}
         results: dict[int, Any] = {}
@@ -217,6 +308,34 @@ def create_colocated_worker_groups(
 
     Returns one worker group per role; all of them drive the same processes.
     """
+    resource_pool.placement_groups()  # takes kept processes of the same shape, if there are any
+    warm = resource_pool.take_warm_hosts()
+    if warm is not None and warm.max_concurrency != max_concurrency:
+        warm.kill()
+        warm = None
+    if warm is not None:
+        try:
+            actors, processes = warm.actors, _set_up(warm.actors, class_dict, setup_timeout_s)
+        except WorkerDiedError:  # a kept process died since: start new ones
+            warm.kill()
+            warm = None
+        except BaseException:
+            warm.kill()
+            raise
+    if warm is None:
+        actors = _start_hosts(resource_pool, max_concurrency)
+        processes = _set_up_or_kill(actors, class_dict, setup_timeout_s)
+    hosts = _Hosts(actors, processes, resource_pool, max_concurrency)
+    placement = ", ".join(f"rank {r}: node {node[:12]} pid {pid}" for r, (pid, node) in enumerate(processes))
+    logger.info("roles %s placed%s: %s", "+".join(class_dict), " (kept processes)" * bool(warm), placement)
+    return {
+        role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
+        for role, spec in class_dict.items()
+    }
+
+
+def _start_hosts(resource_pool: RayResourcePool, max_concurrency: int) -> list[Any]:
+    """One new host actor per bundle of the pool, in rank order."""
     slots = resource_pool.bundle_slots()
     world_size = len(slots)
     share = 1.0 / resource_pool.max_colocate_count
@@ -238,18 +357,17 @@ def create_colocated_worker_groups(
             options["num_gpus"] = share
         threads = max(1, int(resource_pool.cpus_per_process * share))
         actors.append(ray.remote(WorkerHost).options(**options).remote(env, threads))
+    return actors
+
+
+def _set_up_or_kill(
+    actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float
+) -> list[tuple[int, str]]:
     try:
-        processes = _set_up(actors, class_dict, setup_timeout_s)
+        return _set_up(actors, class_dict, timeout_s)
     except BaseException:  # no group holds these processes yet: nothing else would end them
         _Hosts(actors, []).kill()
         raise
-    hosts = _Hosts(actors, processes)
-    placement = ", ".join(f"rank {r}: node {node[:12]} pid {pid}" for r, (pid, node) in enumerate(processes))
-    logger.info("roles %s placed: %s", "+".join(class_dict), placement)
-    return {
-        role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
-        for role, spec in class_dict.items()
-    }
 
 
 def _set_up(
