@@ -1,6 +1,7 @@
 """One PPO step of the policy worker on one CUDA GPU, phase by phase, against plain transformers.
 
     python benchmarks/gpu_step.py [--layers 24 --hidden 896 --prompts 64 --n 4 --response-length 256]
+                                  [--remove-padding] [--override key=value ...] [--profile]
 
 Builds a randomly initialised Qwen2 model (default: the Qwen2.5-0.5B shape, ~0.49B parameters;
 nothing is downloaded), runs the real ``ActorRolloutRefWorker`` in this process (FSDP2 with
@@ -62,6 +63,7 @@ def start_worker(path: str, args: argparse.Namespace):
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
     os.environ.update(MASTER_PORT=str(port), VERL_DEVICE="cuda")
     rows = args.prompts * args.n
+    length = args.prompt_length + args.response_length
     config = load_config(
         [
             f"actor_rollout_ref.model.path={path}",
@@ -75,6 +77,18 @@ def start_worker(path: str, args: argparse.Namespace):
             f"actor_rollout_ref.rollout.max_num_seqs={rows}",
             "actor_rollout_ref.actor.optim.lr=1e-6",
             "actor_rollout_ref.actor.optim.total_training_steps=100",
+            *(
+                [
+                    "actor_rollout_ref.model.use_remove_padding=True",
+                    "actor_rollout_ref.actor.use_dynamic_bsz=True",
+                    f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.micro * length}",
+                    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+                    f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.micro * 2 * length}",
+                ]
+                if args.remove_padding
+                else []
+            ),
+            *args.override,
         ]
     )
     worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor_rollout")
@@ -115,6 +129,14 @@ def framework_step(worker, config, args) -> dict[str, float]:
     rewards[:, -1] = torch.rand(len(rewards), generator=torch.Generator().manual_seed(2))
     batch.batch["token_level_rewards"] = rewards
     compute_advantage(batch, config.algorithm)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            worker.update_actor(batch)
+        print(
+            prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=60)
+        )
     _, t_upd = timed(lambda: worker.update_actor(batch))
     return {
         "gen_s": t_gen,
@@ -172,6 +194,13 @@ def main() -> None:
     p.add_argument("--response-length", type=int, default=256)
     p.add_argument("--micro", type=int, default=16)
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--override", action="append", default=[], help="a config key=value (repeatable)")
+    p.add_argument("--profile", action="store_true", help="print a torch profile of one actor update")
+    p.add_argument(
+        "--remove-padding",
+        action="store_true",
+        help="packed sequences (use_remove_padding) with token budgets of --micro full-length rows",
+    )
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu_step.py needs a CUDA GPU")

@@ -33,7 +33,8 @@ class ModelConfig:
     enable_activation_offload: bool = False
     """verl: offload activations to CPU. No effect here (inert on every device)."""
     use_remove_padding: bool = False
-    """verl: pack sequences without padding (flash-attention varlen). No effect here: batches stay padded."""
+    """Run the actor's and the reference's forward/backward on sequences packed without pads
+    (varlen flash attention on CUDA in bf16, a block-diagonal SDPA mask elsewhere); equal results."""
     use_liger: bool = False
     """verl: use Liger kernels. No effect here."""
     use_fused_kernels: bool = False

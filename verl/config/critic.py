@@ -29,7 +29,7 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = True
     """Recompute activations in backward to save memory."""
     use_remove_padding: bool = False
-    """verl: pack sequences without padding. No effect here (inert on every device)."""
+    """Run the critic's forward/backward on sequences packed without pads (as the actor's)."""
     trust_remote_code: bool = False
     """Allow models that ship their own code."""
     gguf_file: str | None = II("actor_rollout_ref.model.gguf_file")

@@ -354,7 +354,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "data.image_key",
     "data.video_key",
     "data.return_multi_modal_inputs",
-    "actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.model.enable_activation_offload",
     "actor_rollout_ref.model.use_liger",
     "actor_rollout_ref.model.use_fused_kernels",
@@ -375,7 +374,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
     "actor_rollout_ref.rollout.agent.num_workers",
     "critic.strategy",
-    "critic.model.use_remove_padding",
     "critic.checkpoint.strict",
     *(f"critic.model.fsdp_config.{k}" for k in _FSDP_INERT),
     # the reward model runs in its own worker (no generative engine) and verl's reward loop

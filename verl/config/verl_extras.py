@@ -33,6 +33,8 @@ EXTRA_ALIASES = {
     "ray_kwargs.ray_init.num_cpus": "ray_init.num_cpus",
     "ray_kwargs.timeline_json_file": "ray_init.timeline_json_file",
     "data.tool_config_path": "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    # verl's actor reads its own key, which defaults to the model's; one switch packs actor and reference here
+    "actor_rollout_ref.actor.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
 }
 
 _NOT_HERE = "is not implemented here"

@@ -34,6 +34,7 @@ from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
+from verl.workers.packing import enable_packing
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
 from verl.workers.rollout import build_rollout, build_server, verify_weight_sync
 from verl.workers.rollout.staged import StagedWeights
@@ -85,7 +86,7 @@ class ActorRolloutRefWorker(Worker):
         use_lora = model_cfg.lora_rank > 0 or bool(model_cfg.lora_adapter_path)
         if self.is_actor:
             actor_cfg = self.config.actor
-            module = load_causal_lm(model_cfg)
+            module = self._load_policy()
             self.actor = FSDPEngine(
                 apply_lora(module, model_cfg) if use_lora else module,
                 self.device,
@@ -98,7 +99,7 @@ class ActorRolloutRefWorker(Worker):
                 (actor_cfg.data_loader_seed or 0) + self.rank
             )
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
-            self.ref = FSDPEngine(load_causal_lm(model_cfg), self.device, self.config.ref.fsdp_config)
+            self.ref = FSDPEngine(self._load_policy(), self.device, self.config.ref.fsdp_config)
         if self.is_rollout:
             self.rollout = build_rollout(
                 self.config.rollout,
@@ -119,6 +120,10 @@ class ActorRolloutRefWorker(Worker):
                 self.update_weights(
                     0
                 )  # the engine started with other weights (random, or the base without the adapter)
+
+    def _load_policy(self):
+        module = load_causal_lm(self.config.model)
+        return enable_packing(module) if self.config.model.use_remove_padding else module
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def tokenizer_info(self) -> dict[str, int | None]:
@@ -250,8 +255,9 @@ class ActorRolloutRefWorker(Worker):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
         options = self._entropy_options() if entropy else None
+        packed = self.config.model.use_remove_padding
         outs = engine.infer(
-            micro_batches, lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared)
+            micro_batches, lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed)
         )
         return {key: restore_order([o[key] for o in outs], groups) for key in outs[0]}
 
@@ -300,9 +306,10 @@ class ActorRolloutRefWorker(Worker):
         # and the entropy metric that pass would have reported
         on_policy = "old_log_probs" not in data.batch.keys()
         entropy = self._entropy_options() if cfg.entropy_coeff != 0 or on_policy else None
+        packed = self.config.model.use_remove_padding
 
         def loss_fn(module, micro):
-            out = response_log_probs(module, micro, temperature, entropy)
+            out = response_log_probs(module, micro, temperature, entropy, packed=packed)
             if on_policy:
                 micro = {**micro, "old_log_probs": out["log_probs"].detach()}
             return compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)

@@ -15,6 +15,7 @@ from verl.utils.model import load_value_model
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
+from verl.workers.packing import enable_packing
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
 
 CRITIC_LOSS_KEYS = ["values", "returns", "response_mask"]
@@ -37,8 +38,9 @@ class CriticWorker(Worker):
         self.init_process_group(self.nccl_timeout_s)
         cfg = self.config
         torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
+        module = load_value_model(cfg.model)
         self.engine = FSDPEngine(
-            load_value_model(cfg.model),
+            enable_packing(module) if cfg.model.use_remove_padding else module,
             self.device,
             cfg.model.fsdp_config,
             optim=cfg.optim,
@@ -57,7 +59,9 @@ class CriticWorker(Worker):
             cfg.use_dynamic_bsz,
             cfg.forward_max_token_len_per_gpu,
         )
-        outs = self.engine.infer(micro_batches, lambda m, b: {"values": response_values(m, b)})
+        outs = self.engine.infer(
+            micro_batches, lambda m, b: {"values": response_values(m, b, cfg.model.use_remove_padding)}
+        )
         values = restore_order([o["values"] for o in outs], groups)
         return DataProto.from_dict({"values": values * data.batch["response_mask"]})
 
@@ -66,7 +70,9 @@ class CriticWorker(Worker):
         cfg = self.config
 
         def loss_fn(module, micro):
-            return compute_critic_loss(response_values(module, micro), micro, cfg)
+            return compute_critic_loss(
+                response_values(module, micro, cfg.model.use_remove_padding), micro, cfg
+            )
 
         spec = UpdateSpec(
             mini_batch_rows=rows_per_rank(

@@ -4,7 +4,8 @@ The rollout recomputes the log-probs of the tokens it sampled with the same func
 actor uses, so on CPU in fp32 the two agree bit for bit (same weights, same shapes).
 
 Layout: ``input_ids`` is ``[prompt (left-padded, P) | response (right-padded, R)]``; the
-logits that predict response token ``t`` sit at position ``P - 1 + t``.
+logits that predict response token ``t`` sit at position ``P - 1 + t``. With ``packed`` the same
+micro-batch runs without its pads (:mod:`verl.workers.packing`) and gives the same outputs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked, logprobs_from_logits
+from verl.workers.packing import packed_response_logits, packed_response_outputs
 
 POLICY_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -33,16 +35,21 @@ def whole_sequence_batch(token_ids: list[int]) -> dict[str, torch.Tensor]:
     }
 
 
-def response_logits(module: nn.Module, micro: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+def response_logits(
+    module: nn.Module, micro: dict[str, torch.Tensor], temperature: float, packed: bool = False
+) -> torch.Tensor:
     """Logits ``[b, R, V]`` (fp32, divided by ``temperature``) that predict each response token."""
-    response_length = micro["responses"].shape[1]
-    out = module(
-        input_ids=micro["input_ids"],
-        attention_mask=micro["attention_mask"],
-        position_ids=micro["position_ids"],
-        use_cache=False,
-    )
-    logits = out.logits[:, -response_length - 1 : -1].float()
+    if packed:
+        logits = packed_response_logits(module, micro).float()
+    else:
+        response_length = micro["responses"].shape[1]
+        out = module(
+            input_ids=micro["input_ids"],
+            attention_mask=micro["attention_mask"],
+            position_ids=micro["position_ids"],
+            use_cache=False,
+        )
+        logits = out.logits[:, -response_length - 1 : -1].float()
     return logits / temperature if temperature not in (0, 1) else logits
 
 
@@ -72,11 +79,12 @@ def response_log_probs(
     temperature: float,
     entropy: EntropyOptions | None = None,
     sum_pi_squared: bool = False,
+    packed: bool = False,
 ) -> dict[str, torch.Tensor]:
     """``log_probs`` ``[b, R]`` of the response tokens; ``entropys`` when ``entropy`` is given;
     ``sum_pi_squared`` (``sum_v pi(v)^2`` of each position's distribution, what the optimal token
-    baseline weighs paths by) when asked."""
-    logits = response_logits(module, micro, temperature)
+    baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads."""
+    logits = response_logits(module, micro, temperature, packed)
     out = {"log_probs": logprobs_from_logits(logits, micro["responses"])}
     if entropy is not None:
         out["entropys"] = response_entropy(logits, entropy)
@@ -85,8 +93,10 @@ def response_log_probs(
     return out
 
 
-def response_values(module: nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+def response_values(module: nn.Module, micro: dict[str, torch.Tensor], packed: bool = False) -> torch.Tensor:
     """Critic values ``[b, R]``: the value head's output at the state before each response token."""
+    if packed:
+        return packed_response_outputs(module, micro)[..., 0].float()
     response_length = micro["responses"].shape[1]
     out = module(
         input_ids=micro["input_ids"],

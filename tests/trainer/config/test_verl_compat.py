@@ -207,7 +207,7 @@ def test_model_dtype_is_checked():
 # ---------------------------------------------------------------------------- inert keys
 def test_inert_keys_are_listed_on_every_device():
     overrides = [
-        "actor_rollout_ref.model.use_remove_padding=True",
+        "actor_rollout_ref.model.use_liger=True",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
         "trainer.use_legacy_worker_impl=disable",
         "reward_model.rollout.gpu_memory_utilization=0.3",

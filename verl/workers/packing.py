@@ -1,0 +1,200 @@
+"""Packed sequences (``model.use_remove_padding``): a micro-batch runs as one row without pads.
+
+A padded micro-batch ``[b, L]`` becomes one row of its ``T = attention_mask.sum()`` real tokens,
+each sequence keeping its own position ids, and attention is confined to each sequence by the
+cumulative lengths ``cu_seqlens``. The model then spends no FLOPs on pads, and a token budget
+(``use_dynamic_bsz``) buys exactly its number of real tokens.
+
+Attention runs through :data:`PACKED_ATTENTION`, an implementation registered with transformers'
+attention interface: on CUDA with bf16/fp16 it calls torch's variable-length flash attention
+(no ``T x T`` mask, no work across sequences); elsewhere (CPU, fp32) it runs SDPA with a
+block-diagonal causal mask. A call without ``cu_seqlens`` (a padded batch, ``generate``) runs plain
+SDPA, so a module switched to it still serves every other caller unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PACKED_ATTENTION = "verl_packed"
+
+
+@dataclass
+class PackedBatch:
+    """One micro-batch packed into a single row."""
+
+    input_ids: torch.Tensor
+    """``[1, T]`` the real tokens of every sequence, back to back."""
+    position_ids: torch.Tensor
+    """``[1, T]`` each token's position in its own sequence."""
+    cu_seqlens: torch.Tensor
+    """``[b + 1]`` int32: sequence ``i`` is ``[cu_seqlens[i], cu_seqlens[i + 1])``."""
+    max_seqlen: int
+    """The longest sequence's length."""
+    response_index: torch.Tensor
+    """``[b, R]``: the packed position whose output predicts each response token (a pad's entry points
+    at a real token of the same row, so its output is finite and masked later)."""
+
+    def model_kwargs(self) -> dict:
+        cu, longest = self.cu_seqlens, self.max_seqlen
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "cu_seq_lens_q": cu,
+            "cu_seq_lens_k": cu,
+            "max_length_q": longest,
+            "max_length_k": longest,
+            "use_cache": False,
+        }
+
+
+def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
+    """Pack a padded micro-batch (``input_ids``, ``attention_mask``, ``position_ids``, ``responses``)."""
+    mask = micro["attention_mask"].bool()
+    if micro["position_ids"].dim() != 2:
+        raise ValueError(
+            f"use_remove_padding: position_ids of shape {tuple(micro['position_ids'].shape)} are not supported "
+            "(expected [batch, length]; multi-axis rotary positions need the padded path)"
+        )
+    lengths = mask.sum(-1)
+    host_lengths = lengths.cpu()  # the one host sync: sizes below are known without another
+    if bool((host_lengths == 0).any()):
+        raise ValueError("use_remove_padding: a row has no tokens (attention_mask is all zero)")
+    flat = mask.flatten()
+    real = torch.argsort((~flat).to(torch.int8), stable=True)[
+        : int(host_lengths.sum())
+    ]  # real tokens, in order
+    packed_at = flat.long().cumsum(0).view(mask.shape) - 1  # a pad maps to the real token before it
+    length, response_length = mask.shape[1], micro["responses"].shape[1]
+    return PackedBatch(
+        input_ids=micro["input_ids"].flatten()[real][None],
+        position_ids=micro["position_ids"].flatten()[real][None],
+        cu_seqlens=F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32),
+        max_seqlen=int(host_lengths.max()),
+        response_index=packed_at[:, length - response_length - 1 : length - 1].clamp(min=0),
+    )
+
+
+def packed_response_logits(module: nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Logits ``[b, R, V]`` that predict each response token, computed on the packed row; only the
+    response positions go through the LM head."""
+    packed = pack(micro)
+    index = packed.response_index
+    out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
+    return out.logits[0].view(*index.shape, -1)
+
+
+def packed_response_outputs(module: nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A head's outputs ``[b, R, C]`` at the positions that predict each response token (value models)."""
+    packed = pack(micro)
+    out = module(**packed.model_kwargs())
+    return out.logits[0][packed.response_index]
+
+
+def enable_packing(module: nn.Module) -> nn.Module:
+    """Switch a transformers model to :data:`PACKED_ATTENTION` (registered on first use)."""
+    _register()
+    try:
+        module.set_attn_implementation(PACKED_ATTENTION)
+    except (AttributeError, ValueError) as err:
+        raise ValueError(
+            f"use_remove_padding: {type(module).__name__} cannot run packed sequences: it does not take a "
+            f"pluggable attention implementation ({err}); set use_remove_padding=False"
+        ) from err
+    return module
+
+
+_REGISTERED = False
+
+
+def _register() -> None:
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def mask(*args, attention_mask=None, **kwargs):
+        # packed calls (and unpadded ones) carry no 2-D mask: attention needs none beyond cu_seqlens/causal
+        if attention_mask is None:
+            return None
+        return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, mask)
+    _REGISTERED = True
+
+
+def packed_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: ``query`` ``[b, H, T, D]``, ``key``/``value``
+    ``[b, H_kv, T, D]``; returns ``[b, T, H, D]``."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if dropout:
+        raise ValueError("use_remove_padding: packed attention runs without attention dropout")
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, D]
+    if q.is_cuda and torch.is_autocast_enabled("cuda"):  # as autocast casts SDPA's inputs (RoPE left fp32)
+        q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and _varlen_attn() is not None:
+        out = _flash_varlen(q, k, v, cu, int(kwargs["max_length_q"]), scaling)
+    else:
+        out = _masked_sdpa(q, k, v, cu, scaling)
+    return out[None], None
+
+
+def _masked_sdpa(q, k, v, cu_seqlens, scaling):
+    """SDPA over the packed row with a block-diagonal causal mask."""
+    total = q.shape[0]
+    segment = torch.repeat_interleave(
+        torch.arange(len(cu_seqlens) - 1, device=q.device), (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    )
+    idx = torch.arange(total, device=q.device)
+    allowed = (segment[:, None] == segment[None, :]) & (idx[:, None] >= idx[None, :])
+    groups = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scaling
+    )
+    return out.transpose(0, 1)
+
+
+def _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling):
+    fn = _varlen_attn()
+    params = inspect.signature(fn).parameters
+    kwargs: dict = {"scale": scaling}
+    if "is_causal" in params:
+        kwargs["is_causal"] = True
+    else:
+        kwargs["window_size"] = (-1, 0)
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+    return fn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
+
+
+def _varlen_attn():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
