@@ -4,9 +4,15 @@ or not. After an intended change, record again and say why in the commit::
 
     VERL_RECORD_PINNED=1 python -m pytest tests/trainer/test_pinned_metrics.py
 
-Only numbers that depend on the computation are pinned (no timings, throughput or memory). They
-are compared with a relative tolerance of 1e-4: float rounding differs between CPUs (with and
-without fused multiply-add), but a real change moves these metrics by far more.
+Only numbers that depend on the computation are pinned (no timings, throughput or memory). Float
+rounding differs between CPUs (vector width, BLAS code paths), so the tolerances follow what that can
+move: everything computed from the initial weights (validation at step 0, the rollout, rewards,
+advantages and losses of step 1) within a relative 1e-4; gradient norms, sums over every parameter's
+gradient, within 1e-3; and step 2, whose samples come from the updated weights, within 2% or 0.01
+(measured: the step-1 gradient norm of the recording machine and of an AMD EPYC differ by 1.3e-4
+relative, which flips one of step 2's 256 sampled answers, moving its mean score by 0.004). A real
+change (an estimator, a loss, the data order, sampling) moves step 1 by far more; a weight sync that
+goes wrong shows in ``rollout/weight_sync_probe_gap``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,16 @@ from verl.config.ppo_trainer import load_config
 RECORD = Path(__file__).parent / "pinned" / "grpo_2_steps.json"
 UNPINNED = ("timing_s/", "timing_per_token_ms/", "perf/", "throughput", "actor/lr_", "memory")
 RTOL, ATOL = 1e-4, 1e-6
+GRAD_RTOL = 1e-3
+AFTER_UPDATE_RTOL, AFTER_UPDATE_ATOL = 2e-2, 1e-2
+
+
+def tolerance(row: dict, key: str) -> tuple[float, float]:
+    if row.get("step", 0) >= 2:
+        return AFTER_UPDATE_RTOL, AFTER_UPDATE_ATOL
+    if key.endswith("grad_norm"):
+        return GRAD_RTOL, ATOL
+    return RTOL, ATOL
 
 
 def pinned(row: dict) -> dict:
@@ -61,6 +77,6 @@ def test_a_seeded_run_logs_the_recorded_metrics(tmp_path, monkeypatch, skip_old_
         changed += [
             f"row {i} {k}: recorded {want[k]!r}, now {row[k]!r}"
             for k in want
-            if not math.isclose(row[k], want[k], rel_tol=RTOL, abs_tol=ATOL)
+            if not math.isclose(row[k], want[k], rel_tol=tolerance(want, k)[0], abs_tol=tolerance(want, k)[1])
         ]
     assert not changed, "the metric stream changed:\n" + "\n".join(changed)
