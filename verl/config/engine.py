@@ -100,7 +100,8 @@ class FSDPConfig:
     offload_policy: bool = False
     """verl: FSDP2 CPUOffloadPolicy. No effect here (inert on every device)."""
     reshard_after_forward: bool = True
-    """Free gathered parameters after forward (saves memory, costs a second all-gather in backward)."""
+    """Free gathered parameters after forward (saves memory, costs a second all-gather in backward).
+    A trained model on a single rank keeps them until backward regardless (nothing is sharded)."""
     fsdp_size: int = -1
     """verl: ranks per FSDP shard group (HSDP). No effect here: every role shards over all its ranks."""
     forward_prefetch: bool = False
