@@ -103,6 +103,23 @@ def test_packed_values_equal_padded():
     assert torch.allclose(packed[_real(micro)], padded[_real(micro)], atol=1e-5)
 
 
+def test_packed_lora_model_equals_padded():
+    """peft's wrapper passes the packing arguments through to the base model."""
+    from types import SimpleNamespace
+
+    from verl.workers.engine.lora import apply_lora
+
+    torch.manual_seed(0)
+    lora = SimpleNamespace(
+        lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=None, lora_adapter_path=None
+    )
+    model = apply_lora(enable_packing(Qwen2ForCausalLM(_config())), lora)
+    micro, real = _micro(2), _real(_micro(2))
+    padded = response_log_probs(model, micro, 1.0)["log_probs"]
+    packed = response_log_probs(model, micro, 1.0, packed=True)["log_probs"]
+    assert torch.allclose(packed[real], padded[real], atol=1e-5)
+
+
 def test_a_packed_module_generates_as_before():
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(_config()).eval()
