@@ -29,7 +29,7 @@ def test_lora_grpo_learns_with_the_base_model_as_reference(tmp_path, monkeypatch
             f"trainer.total_training_steps={STEPS}",
             f"trainer.save_freq={STEPS}",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            "trainer.test_freq=-1",
+            f"trainer.test_freq={STEPS}",
             "trainer.logger=[file]",
             "trainer.project_name=lora",
             "trainer.experiment_name=run",

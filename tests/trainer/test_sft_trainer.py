@@ -244,7 +244,7 @@ def test_rl_from_the_sft_checkpoint_learns(tmp_path, monkeypatch):
         [
             f"actor_rollout_ref.model.path={model}",
             f"trainer.total_training_steps={RL_STEPS}",
-            "trainer.test_freq=-1",
+            f"trainer.test_freq={RL_STEPS}",
             "trainer.logger=[file]",
             "trainer.project_name=rl",
             "trainer.experiment_name=run",

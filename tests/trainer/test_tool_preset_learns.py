@@ -99,7 +99,7 @@ def test_the_tool_preset_raises_accuracy_and_tool_success(tmp_path, engine):
         [
             f"actor_rollout_ref.rollout.name={engine}",
             f"trainer.total_training_steps={STEPS}",
-            "trainer.test_freq=-1",
+            f"trainer.test_freq={STEPS}",
             "trainer.save_freq=-1",
             "trainer.logger=[console]",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",

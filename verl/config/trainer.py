@@ -52,7 +52,8 @@ class TrainerConfig:
     val_only: bool = False
     """Only validate, then exit."""
     test_freq: int = -1
-    """Validate every N steps (-1: only before training and at the end)."""
+    """Validate every N steps and after the last one; -1 (or 0): never during training, only before it
+    (``val_before_train``), as in verl."""
     critic_warmup: int = 0
     """Steps that train only the critic before the actor starts updating."""
     skip_on_policy_old_log_prob: bool = True

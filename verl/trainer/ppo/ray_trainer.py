@@ -337,9 +337,10 @@ class RayPPOTrainer:
         metrics.update(batch.meta_info.pop("rollout_corr_metrics", {}))
 
     def _maybe_validate(self) -> dict[str, float]:
+        """verl's rule: every ``test_freq`` steps and after the last one; never with ``test_freq <= 0``."""
         freq = self.config.trainer.test_freq
         last = self.global_steps == self.total_training_steps
-        if (freq > 0 and self.global_steps % freq == 0) or last:
+        if freq > 0 and (self.global_steps % freq == 0 or last):
             with timed("testing", timing := {}):
                 metrics = self.validator.run(self.global_steps)
             metrics["timing_s/testing"] = timing["testing"]
