@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked, logprobs_from_logits
-from verl.workers.packing import packed_response_logits, packed_response_outputs
+from verl.workers.packing import packed_response_outputs
 
 POLICY_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -39,18 +39,24 @@ def response_logits(
     module: nn.Module, micro: dict[str, torch.Tensor], temperature: float, packed: bool = False
 ) -> torch.Tensor:
     """Logits ``[b, R, V]`` (fp32, divided by ``temperature``) that predict each response token."""
-    if packed:
-        logits = packed_response_logits(module, micro).float()
-    else:
-        response_length = micro["responses"].shape[1]
-        out = module(
-            input_ids=micro["input_ids"],
-            attention_mask=micro["attention_mask"],
-            position_ids=micro["position_ids"],
-            use_cache=False,
-        )
-        logits = out.logits[:, -response_length - 1 : -1].float()
+    logits = _response_outputs(module, micro, packed, causal_lm=True).float()
     return logits / temperature if temperature not in (0, 1) else logits
+
+
+def _response_outputs(
+    module: nn.Module, micro: dict[str, torch.Tensor], packed: bool, causal_lm: bool
+) -> torch.Tensor:
+    """The head's outputs ``[b, R, C]`` at the positions that predict each response token."""
+    if packed:
+        return packed_response_outputs(module, micro, causal_lm)
+    response_length = micro["responses"].shape[1]
+    out = module(
+        input_ids=micro["input_ids"],
+        attention_mask=micro["attention_mask"],
+        position_ids=micro["position_ids"],
+        use_cache=False,
+    )
+    return out.logits[:, -response_length - 1 : -1]
 
 
 @dataclass(frozen=True)
@@ -95,13 +101,4 @@ def response_log_probs(
 
 def response_values(module: nn.Module, micro: dict[str, torch.Tensor], packed: bool = False) -> torch.Tensor:
     """Critic values ``[b, R]``: the value head's output at the state before each response token."""
-    if packed:
-        return packed_response_outputs(module, micro)[..., 0].float()
-    response_length = micro["responses"].shape[1]
-    out = module(
-        input_ids=micro["input_ids"],
-        attention_mask=micro["attention_mask"],
-        position_ids=micro["position_ids"],
-        use_cache=False,
-    )
-    return out.logits[:, -response_length - 1 : -1, 0].float()
+    return _response_outputs(module, micro, packed, causal_lm=False)[..., 0].float()

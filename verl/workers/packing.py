@@ -14,6 +14,7 @@ SDPA, so a module switched to it still serves every other caller unchanged.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -80,20 +81,17 @@ def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
     )
 
 
-def packed_response_logits(module: nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits ``[b, R, V]`` that predict each response token, computed on the packed row; only the
-    response positions go through the LM head."""
+def packed_response_outputs(
+    module: nn.Module, micro: dict[str, torch.Tensor], causal_lm: bool = False
+) -> torch.Tensor:
+    """The head's outputs ``[b, R, C]`` at the positions that predict each response token, computed on
+    the packed row; a ``causal_lm`` runs its LM head on those positions only (``logits_to_keep``)."""
     packed = pack(micro)
     index = packed.response_index
-    out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
-    return out.logits[0].view(*index.shape, -1)
-
-
-def packed_response_outputs(module: nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
-    """A head's outputs ``[b, R, C]`` at the positions that predict each response token (value models)."""
-    packed = pack(micro)
-    out = module(**packed.model_kwargs())
-    return out.logits[0][packed.response_index]
+    if causal_lm:
+        out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
+        return out.logits[0].view(*index.shape, -1)
+    return module(**packed.model_kwargs()).logits[0][index]
 
 
 def enable_packing(module: nn.Module) -> nn.Module:
@@ -177,7 +175,7 @@ def _masked_sdpa(q, k, v, cu_seqlens, scaling):
 
 def _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling):
     fn = _varlen_attn()
-    params = inspect.signature(fn).parameters
+    params = _varlen_params()
     kwargs: dict = {"scale": scaling}
     if "is_causal" in params:
         kwargs["is_causal"] = True
@@ -192,6 +190,13 @@ def _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling):
     return fn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
 
 
+@functools.cache
+def _varlen_params() -> frozenset[str]:
+    """The keyword names this torch's ``varlen_attn`` takes (``is_causal`` and ``enable_gqa`` came later)."""
+    return frozenset(inspect.signature(_varlen_attn()).parameters)
+
+
+@functools.cache
 def _varlen_attn():
     try:
         from torch.nn.attention.varlen import varlen_attn
