@@ -12,7 +12,7 @@ import torch
 from verl.config.base import ConfigError
 from verl.config.rm_trainer import load_rm_config
 from verl.model_merger.fsdp import merge_fsdp_checkpoint
-from verl.trainer.rm_trainer import RewardModelTrainer
+from verl.trainer.rm_trainer import RewardModelTrainer, pair_tensors
 from verl.utils.dataset.preference_dataset import PreferenceDataset
 from verl.utils.dataset.schema import DatasetError
 from verl.utils.model import load_tokenizer
@@ -82,9 +82,57 @@ def test_the_exported_sequence_classifier_reproduces_the_validation_accuracy(tmp
 
 
 @pytest.mark.usefixtures("builtin_assets")
+def test_lora_trains_the_adapters_and_the_head_and_both_exports_score_as_trained(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    config = load_rm_config(
+        [
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            "trainer.logger=[console]",
+            "trainer.total_training_steps=40",
+            "trainer.save_freq=40",
+            "trainer.test_freq=-1",
+            "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+            "model.lora_rank=8",
+            "model.lora_alpha=16",
+            "optim.lr=2e-3",
+        ]
+    )
+    trainer = RewardModelTrainer(config)
+    module = trainer.engine.module
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    # the adapters and the fresh score head (in full) train; the base model stays frozen
+    assert all(".lora_A." in n or ".lora_B." in n or ".score.modules_to_save." in n for n in trainable)
+    assert any(".score.modules_to_save." in n for n in trainable)
+    frozen = {n: p.detach().clone() for n, p in module.named_parameters() if n not in trainable}
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    (before, after) = trainer.val_accuracies
+    # measured here: 0.57 -> 0.76 in 40 steps (full fine-tuning: 0.82); chance is 0.5
+    assert after >= before + 0.1, (before, after)
+    assert all(torch.equal(p, frozen[n]) for n, p in module.named_parameters() if n in frozen)
+
+    step = tmp_path / "ckpt" / "global_step_40" / "model"
+    adapter = step / "huggingface" / "lora_adapter"
+    assert "score" in json.loads((adapter / "adapter_config.json").read_text())["modules_to_save"]
+    pairs = trainer.val_data
+    batch = {k: v[:8] for k, v in pair_tensors([pairs[i] for i in range(8)], 0).items()}
+    width = batch["input_ids"].shape[1] // 2
+    ids, mask = batch["input_ids"][:, :width], batch["attention_mask"][:, :width]
+    with torch.no_grad():
+        trained = module(input_ids=ids, attention_mask=mask).logits[:, -1, 0]
+    merged = merge_fsdp_checkpoint(str(step), str(tmp_path / "merged"))
+    for path in (step / "huggingface", merged):
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+        with torch.no_grad():
+            scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]
+        torch.testing.assert_close(scores, trained, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("builtin_assets")
 def test_bad_settings_fail_at_start_up_naming_the_key(tmp_path):
-    with pytest.raises(ConfigError, match=r"model\.lora_rank: expected 0"):
-        load_rm_config(["model.lora_rank=8"])
     with pytest.raises(
         ConfigError, match=r"data\.max_token_len_per_gpu: expected at least 2 x data\.max_length"
     ):

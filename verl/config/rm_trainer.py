@@ -75,16 +75,6 @@ class RMTrainerConfig(SFTTrainerConfig):
     data: RMDataConfig = field(default_factory=RMDataConfig)
     """Preference pairs, batch sizes and tokenization."""
 
-    def validate(self) -> None:
-        super().validate()
-        check(
-            self.model.lora_rank == 0 and not self.model.lora_adapter_path,
-            "model.lora_rank",
-            "0 and no model.lora_adapter_path (LoRA reward-model training is not supported yet: the fresh score "
-            "head would stay frozen)",
-            self.model.lora_rank or self.model.lora_adapter_path,
-        )
-
 
 ConfigStore.instance().store(name=RM_SCHEMA_NAME, node=RMTrainerConfig)
 

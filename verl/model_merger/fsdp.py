@@ -14,7 +14,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from verl.utils.model import save_hf_files
-from verl.workers.engine.lora import ADAPTER_DIR, adapter_items
+from verl.workers.engine.lora import ADAPTER_DIR, adapter_items, is_trained
 
 HF_SUBDIR = "huggingface"
 
@@ -41,7 +41,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     adapter_dir = os.path.join(hf_dir, ADAPTER_DIR)
     if os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
-        model, adapter = _merge_lora(local_dir, adapter_dir)
+        model, adapter = _merge_lora(local_dir, adapter_dir, AutoConfig.from_pretrained(hf_dir))
     else:
         config = AutoConfig.from_pretrained(hf_dir)
         model = _auto_class(config).from_config(config, dtype=torch.float32)
@@ -66,12 +66,12 @@ def _auto_class(config):
     return transformers.AutoModelForCausalLM
 
 
-def _merge_lora(local_dir: str, adapter_dir: str):
-    """A LoRA checkpoint holds the adapters only: the base model is read from the adapter config's
-    ``base_model_name_or_path`` (the run's ``model.path``), the adapters from the shards; returns the
-    merged model and (peft config, adapter tensors) to write next to it."""
+def _merge_lora(local_dir: str, adapter_dir: str, exported):
+    """A LoRA checkpoint holds the adapters (and a classifier's trained head) only: the base model is
+    read from the adapter config's ``base_model_name_or_path`` (the run's ``model.path``) as the
+    ``exported`` config's class, the adapters from the shards; returns the merged model and (peft
+    config, adapter tensors) to write next to it."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     config = LoraConfig.from_pretrained(adapter_dir)
     base_path = config.base_model_name_or_path
@@ -80,10 +80,11 @@ def _merge_lora(local_dir: str, adapter_dir: str):
             f"{adapter_dir}/adapter_config.json names the base model {base_path!r}, which is not a model folder "
             "here; the merger needs the base weights the adapters were trained on"
         )
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(os.path.expanduser(base_path), dtype=torch.float32), config
-    )
-    state = {"model": {k: v for k, v in model.state_dict().items() if ".lora_" in k}}
+    auto = _auto_class(exported)
+    labels = {} if auto.__name__.endswith("CausalLM") else {"num_labels": exported.num_labels}
+    base = auto.from_pretrained(os.path.expanduser(base_path), dtype=torch.float32, **labels)
+    model = get_peft_model(base, config)
+    state = {"model": {k: v for k, v in model.state_dict().items() if is_trained(k)}}
     dcp.load(state, checkpoint_id=local_dir)
     missing = model.load_state_dict(state["model"], strict=False).unexpected_keys
     if missing:

@@ -10,7 +10,9 @@ linear layer) are trained. What changes elsewhere:
 * :func:`merged_state_dict` turns the wrapped model's state into the base model's names with
   ``W + (alpha / r) B A`` folded in: what the rollout engines and the HF export receive;
 * the reference policy is the same module with the adapters switched off (``disable_adapter``),
-  so no second copy of the base weights is held.
+  so no second copy of the base weights is held;
+* a classifier's head (a reward model's ``score``: new, or specific to the task) is
+  trained in full next to the adapters (peft's ``modules_to_save``), and saved with them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from torch import nn
 ADAPTER = "default"
 PEFT_PREFIX = "base_model.model."
 ADAPTER_DIR = "lora_adapter"
+SAVED_HEAD = f".modules_to_save.{ADAPTER}."
+FROZEN_HEAD = ".original_module."
 
 
 def is_lora(module: nn.Module) -> bool:
@@ -38,13 +42,27 @@ def target_modules(value: Any) -> Any:
     return list(value) if isinstance(value, list | tuple) else value
 
 
+def head_modules(module: nn.Module) -> list[str]:
+    """A classifier's head: its top-level modules with weights outside the base model (``score``);
+    none for a causal LM, whose output layer is not trained in full under LoRA."""
+    if not type(module).__name__.endswith(("ForTokenClassification", "ForSequenceClassification")):
+        return []
+    return [
+        name
+        for name, child in module.named_children()
+        if name != module.base_model_prefix and any(True for _ in child.parameters())
+    ]
+
+
 def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
     """``module`` wrapped for LoRA training per ``model.{lora_rank, lora_alpha, target_modules,
-    exclude_modules, lora_adapter_path}``; a trained adapter is loaded (trainable) when given."""
+    exclude_modules, lora_adapter_path}``; a trained adapter is loaded (trainable) when given. A
+    classifier's head (:func:`head_modules`) is trained in full."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if model_config.lora_adapter_path:
         return PeftModel.from_pretrained(module, model_config.lora_adapter_path, is_trainable=True)
+    head = head_modules(module)
     config = LoraConfig(
         r=model_config.lora_rank,
         lora_alpha=model_config.lora_alpha,
@@ -54,7 +72,8 @@ def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
         else None,
         lora_dropout=0.0,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type="TOKEN_CLS" if head else "CAUSAL_LM",
+        modules_to_save=head or None,
     )
     return get_peft_model(module, config)
 
@@ -66,9 +85,10 @@ def lora_scaling(module: nn.Module) -> float:
 
 
 def base_name(name: str) -> str:
-    """The base model's name of a wrapped parameter (``...q_proj.base_layer.weight`` -> ``...q_proj.weight``)."""
+    """The base model's name of a wrapped parameter (``...q_proj.base_layer.weight`` ->
+    ``...q_proj.weight``; a trained head's ``score.modules_to_save.default.weight`` -> ``score.weight``)."""
     name = name.removeprefix(PEFT_PREFIX)
-    return name.replace(".base_layer.", ".")
+    return name.replace(".base_layer.", ".").replace(SAVED_HEAD, ".")
 
 
 def merged_state_dict(
@@ -91,13 +111,23 @@ def merged_state_dict(
                 yield base_name(f"{layer}.weight"), weight.to(parts["W"].dtype)
                 del pending[layer]
             continue
-        if ".lora_" in name:  # dropout or embedding adapters are not produced by apply_lora
+        if ".lora_" in name or FROZEN_HEAD in name:  # not produced by apply_lora / the head's untrained copy
             continue
         yield base_name(name), tensor
     if pending:
         raise RuntimeError(f"incomplete LoRA layers in the state dict: {sorted(pending)[:3]}")
 
 
+def is_trained(name: str) -> bool:
+    """A wrapped model's tensor that LoRA training changes: an adapter's, or a trained head's."""
+    return ".lora_" in name or SAVED_HEAD in name
+
+
 def adapter_items(items: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The adapters' tensors under peft's saved names (``...q_proj.lora_A.weight``)."""
-    return {name.replace(f".{ADAPTER}.", "."): tensor for name, tensor in items if ".lora_" in name}
+    """The adapters' (and a trained head's) tensors under peft's saved names
+    (``...q_proj.lora_A.weight``, ``...score.weight``)."""
+    return {
+        name.replace(SAVED_HEAD, ".").replace(f".{ADAPTER}.", "."): tensor
+        for name, tensor in items
+        if is_trained(name)
+    }
