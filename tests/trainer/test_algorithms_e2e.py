@@ -1,6 +1,7 @@
 """Every estimator and policy loss runs end to end: each example script's CPU line (the
 embedded default with the algorithm's keys) trains 2 real steps, shrunk to a small batch.
-The scripts that test_learning.py trains for 40 steps are left to it (it saves ~40 s)."""
+The scripts that test_learning.py trains for 40 steps are left to it (it saves ~40 s), and the
+LoRA-on-vLLM script to test_vllm_lora.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from tests.example_scripts import ENTRIES, REPO, SCRIPTS, script_command, trainer_class
 from tests.trainer.test_learning import FAMILIES
 from tests.trainer.test_vllm_learning import SCRIPT as VLLM_LEARNED
+from tests.workers.rollout.test_vllm_lora import LORA_SCRIPT
 from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
@@ -25,7 +27,7 @@ SHORT = [
 ]
 
 
-LEARNED = {REPO / path for path in FAMILIES.values()} | {VLLM_LEARNED}
+LEARNED = {REPO / path for path in FAMILIES.values()} | {VLLM_LEARNED, LORA_SCRIPT}
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")

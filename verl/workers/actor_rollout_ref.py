@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -36,7 +37,7 @@ from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.packing import enable_packing
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
-from verl.workers.rollout import build_rollout, build_server, verify_weight_sync
+from verl.workers.rollout import build_rollout, build_server, syncs_lora_adapter, verify_weight_sync
 from verl.workers.rollout.staged import StagedWeights
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
@@ -48,6 +49,15 @@ ACTOR_LOSS_KEYS = [
     "rollout_log_probs",
     "rollout_is_weights",
 ]
+
+
+def _counted(
+    items: Iterator[tuple[str, torch.Tensor]], sizes: list[int]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``items``, with each tensor's byte count appended to ``sizes`` as it passes."""
+    for name, tensor in items:
+        sizes.append(tensor.numel() * tensor.element_size())
+        yield name, tensor
 
 
 class ActorRolloutRefWorker(Worker):
@@ -168,14 +178,22 @@ class ActorRolloutRefWorker(Worker):
         cfg = self.config.rollout
         probe = self._probe_ids()
         expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
-        self.engine.update_weights(self.actor.full_state_dict(), version)
-        metrics: dict[str, float] = {}
+        sent: list[int] = []
+        self.engine.update_weights(_counted(self._rollout_weights(), sent), version)
+        metrics: dict[str, float] = {"rollout/weight_sync_mb": sum(sent) / 1e6}
         self.version = version
         if expected is not None:
             tol = cfg.weight_sync_check_tol or (1e-3 if self._rollout_fp32() else 5e-2)
             gap = verify_weight_sync(self.engine, probe, expected, tol, version)
             metrics["rollout/weight_sync_probe_gap"] = gap
         return metrics
+
+    def _rollout_weights(self):
+        """What the rollout loads: the actor's full weights (LoRA adapters merged in), or the
+        adapters alone where the engine serves them (:func:`syncs_lora_adapter`)."""
+        if syncs_lora_adapter(self.config.rollout, self.config.model):
+            return self.actor.adapter_tensors()
+        return self.actor.full_state_dict()
 
     def _rollout_fp32(self) -> bool:
         return self.device.type != "cuda" or self.config.rollout.dtype == "float32"
@@ -206,7 +224,7 @@ class ActorRolloutRefWorker(Worker):
         safetensors file written atomically there. Other ranks return None."""
         import ray
 
-        state = {name: t.detach().cpu() for name, t in self.actor.full_state_dict()}
+        state = {name: t.detach().cpu() for name, t in self._rollout_weights()}
         self.version = version
         if self.rank != 0:
             return None

@@ -22,14 +22,14 @@ TIMEOUT = 300  # only catches a hang
 class VLLMServerHost:
     """A vLLM rollout served by a RolloutServer, driven by the scenarios below."""
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_path: str, overrides: tuple[str, ...] = ()) -> None:
         import torch
 
         from verl.config.ppo_trainer import load_config
-        from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer
+        from verl.utils.model import load_causal_lm, load_tokenizer
+        from verl.workers.rollout import build_rollout
         from verl.workers.rollout.server import RolloutServer
         from verl.workers.rollout.vllm_engine import VLLMStepEngine
-        from verl.workers.rollout.vllm_rollout import VLLMRollout
 
         torch.set_num_threads(1)
         config = load_config(
@@ -38,17 +38,15 @@ class VLLMServerHost:
                 "actor_rollout_ref.rollout.name=vllm",
                 "actor_rollout_ref.rollout.load_format=auto",
                 "actor_rollout_ref.rollout.response_length=32",
+                *overrides,
             ]
         )
-        model = config.actor_rollout_ref.model
-        self.tokenizer = load_tokenizer(model.path)
-        eos = eos_token_ids(self.tokenizer, model.path)
-        cpu = torch.device("cpu")
-        self.rollout = VLLMRollout(
-            model.path, config.actor_rollout_ref.rollout, self.tokenizer.pad_token_id, eos, cpu, 0
-        )
+        self.model = config.actor_rollout_ref.model
+        self.tokenizer = load_tokenizer(self.model.path)
+        rollout_cfg = config.actor_rollout_ref.rollout
+        self.rollout = build_rollout(rollout_cfg, self.model, self.tokenizer, torch.device("cpu"), 0)
         self.server = RolloutServer(VLLMStepEngine(self.rollout))
-        self.weights = load_causal_lm(model).state_dict()
+        self.weights = load_causal_lm(self.model).state_dict()
 
     def _request(self, max_tokens: int, ignore_eos: bool = True):
         from verl.workers.rollout.sampling import SamplingParams
@@ -71,6 +69,16 @@ class VLLMServerHost:
 
         noise = torch.Generator().manual_seed(1)
         new = {k: v + 0.02 * torch.randn(v.shape, generator=noise) for k, v in self.weights.items()}
+        out = self.swap_mid_generation(
+            before, total, new, lambda ids: self.server.sequence_log_probs(ids).tolist()
+        )
+        self.server.update_weights(self.weights.items(), self.rollout.version + 1)
+        return out
+
+    def swap_mid_generation(self, before: int, total: int, new: dict, score) -> dict:
+        """One request of ``total`` tokens; after ``before`` of them the weights become ``new``.
+        Its per-token versions and log-probs, the number of requests running at the update, and
+        ``score(ids)`` (the log-probs of the whole sequence under ``new``) for its tokens."""
         self.server.pause()
         future = self.server.submit(self._request(total))
         self.server.resume(steps=before + 1)  # one step to prefill and sample the first token
@@ -79,13 +87,11 @@ class VLLMServerHost:
         self.server.update_weights(new.items(), self.rollout.version + 1)
         self.server.resume()
         c = future.result(TIMEOUT)
-        scored = self.server.sequence_log_probs(c.prompt_ids + c.token_ids)[-len(c.token_ids) :]
-        self.server.update_weights(self.weights.items(), self.rollout.version + 1)
         return {
             "running": running,
             "versions": c.versions,
             "log_probs": c.log_probs,
-            "scored": scored.tolist(),
+            "scored": score(c.prompt_ids + c.token_ids)[-len(c.token_ids) :],
         }
 
     def pause_and_resume(self, count: int, steps: int) -> dict:
@@ -127,13 +133,17 @@ def test_vllm_short_requests_finish_before_long_ones(host):
 
 
 def test_vllm_weight_update_mid_generation_gives_per_token_versions(host):
-    out = call(host.update_mid_generation, 4, 12)
+    assert_switched_inside_the_sequence(call(host.update_mid_generation, 4, 12), 12)
+
+
+def assert_switched_inside_the_sequence(out: dict, total: int) -> None:
+    """The update landed inside the sequence, and the tokens after it were decoded under the new
+    weights (the engine recomputed the cache), those before it under the old ones."""
     versions = out["versions"]
-    assert out["running"] == 1 and len(versions) == 12
+    assert out["running"] == 1 and len(versions) == total
     first = versions[0]
-    switch = versions.index(first + 1)  # the update landed inside the sequence
-    assert 0 < switch < 12 and versions == [first] * switch + [first + 1] * (12 - switch)
-    # tokens after the update were decoded under the new weights: the engine recomputed the cache
+    switch = versions.index(first + 1)
+    assert 0 < switch < total and versions == [first] * switch + [first + 1] * (total - switch)
     after = [abs(a - b) for a, b in zip(out["log_probs"][switch:], out["scored"][switch:])]
     before = [abs(a - b) for a, b in zip(out["log_probs"][:switch], out["scored"][:switch])]
     assert max(after) < 1e-3 and max(before) > 1e-3

@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor
 from verl.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
 from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
-from verl.workers.engine.lora import adapter_items, is_lora, lora_scaling, merged_state_dict
+from verl.workers.engine.lora import adapter_items, is_lora, is_trained, lora_scaling, merged_state_dict
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -175,6 +175,13 @@ class FSDPEngine(TrainEngine):
         """With LoRA: the base model's names, adapters folded into the weights (what engines load)."""
         items = ((name, _local(tensor).detach()) for name, tensor in self.module.state_dict().items())
         yield from merged_state_dict(items, lora_scaling(self.module)) if self.lora else items
+
+    def adapter_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """LoRA: the adapters' full tensors under peft's saved names, gathered one at a time (the
+        frozen base is never gathered); what an engine with LoRA support loads."""
+        for name, tensor in self.module.state_dict().items():
+            if is_trained(name):
+                yield from adapter_items([(name, _local(tensor).detach())]).items()
 
     @property
     def hf_module(self) -> nn.Module:

@@ -78,6 +78,17 @@ def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
     return get_peft_model(module, config)
 
 
+def peft_settings(model_config: Any) -> dict[str, Any]:
+    """``r``, ``lora_alpha`` and ``use_rslora`` of the adapter ``apply_lora`` trains for
+    ``model_config`` (those of ``lora_adapter_path`` when one is given)."""
+    if model_config.lora_adapter_path:
+        from peft import LoraConfig
+
+        saved = LoraConfig.from_pretrained(model_config.lora_adapter_path)
+        return {"r": saved.r, "lora_alpha": saved.lora_alpha, "use_rslora": saved.use_rslora}
+    return {"r": model_config.lora_rank, "lora_alpha": model_config.lora_alpha, "use_rslora": False}
+
+
 def lora_scaling(module: nn.Module) -> float:
     config = module.peft_config[ADAPTER]
     rank = config.r

@@ -8,7 +8,17 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.utils.model import eos_token_ids, load_causal_lm
+from verl.workers.engine.lora import peft_settings
 from verl.workers.rollout.base import Rollout, WeightSyncError, verify_weight_sync
+
+
+def syncs_lora_adapter(config: RolloutConfig, model_config) -> bool:
+    """Whether weight updates carry the LoRA adapter alone: a LoRA policy with a vLLM rollout
+    (vLLM serves adapters) whose engine loads the base model itself. With a ``dummy``
+    ``load_format`` the engine has no base weights, so it gets merged weights, as ``hf`` and
+    ``sglang`` always do."""
+    lora = model_config.lora_rank > 0 or bool(model_config.lora_adapter_path)
+    return lora and config.name == "vllm" and not config.load_format.startswith("dummy")
 
 
 def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.device, seed: int) -> Rollout:
@@ -28,11 +38,14 @@ def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.
                 "pass that DIR"
             )
         path = os.path.expanduser(model_config.path)
-        if config.name == "vllm":
-            from verl.workers.rollout.vllm_rollout import VLLMRollout as Engine
-        else:
-            from verl.workers.rollout.sglang_rollout import SGLangRollout as Engine
-        return Engine(path, config, pad, eos, device, seed, model_config.trust_remote_code)
+        if config.name == "sglang":
+            from verl.workers.rollout.sglang_rollout import SGLangRollout
+
+            return SGLangRollout(path, config, pad, eos, device, seed, model_config.trust_remote_code)
+        from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+        lora = peft_settings(model_config) if syncs_lora_adapter(config, model_config) else None
+        return VLLMRollout(path, config, pad, eos, device, seed, model_config.trust_remote_code, lora)
     raise NotImplementedError(
         f"actor_rollout_ref.rollout.name={config.name} is not available yet; use hf, vllm or sglang"
     )

@@ -26,7 +26,10 @@ class VLLMStepEngine(StepEngine):
             request.params, logprobs=0 if request.logprobs else None, output_kind=RequestOutputKind.DELTA
         )
         self.engine.add_request(
-            request.request_id, TokensPrompt(prompt_token_ids=request.prompt_ids), sampling
+            request.request_id,
+            TokensPrompt(prompt_token_ids=request.prompt_ids),
+            sampling,
+            lora_request=self.rollout.lora_request,
         )
 
     def abort(self, request_id: str) -> None:

@@ -12,6 +12,10 @@ already belongs to a ``torch.distributed`` group (FSDP ranks), the engine joins 
   ``reload_weights`` (vLLM's CPU build pre-packs linear layers, so parameters cannot be
   written directly), then resets the prefix cache: cached prompt blocks were computed by the
   old weights;
+* with a LoRA policy (``lora`` given: the engine loaded the base model itself) the updates are
+  the adapter's tensors only: written as a peft adapter folder (``/dev/shm`` where it exists)
+  and swapped in under one fixed LoRA id, which every request names, so a swap between two
+  decoding steps reaches the requests in flight as a weight reload does;
 * ``sleep()``/``wake_up()`` free the KV cache (and weights, level 1) on GPU when
   ``free_cache_engine`` is set; on CPU vLLM has no sleep mode and they do nothing;
 * sampling is seeded per request batch through torch's global generator (the in-process
@@ -24,8 +28,11 @@ exercised by the CPU test suite.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -39,6 +46,7 @@ from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
 
+LORA_ID = 1  # the policy's one adapter, replaced in place by every update
 CPU_KV_CACHE_CAP_BYTES = 2 << 30
 CPU_KV_CACHE_MIN_BYTES = 32 << 20
 
@@ -48,6 +56,48 @@ def kv_cache_bytes_for(hf_config: Any, tokens: int, dtype_bytes: int) -> int:
     heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     return 2 * hf_config.num_hidden_layers * heads * head_dim * dtype_bytes * tokens
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank``."""
+    from typing import get_args
+
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = sorted(get_args(MaxLoRARanks))
+    fits = [r for r in allowed if r >= rank]
+    if not fits:
+        raise ValueError(
+            f"actor_rollout_ref.model.lora_rank: expected at most {allowed[-1]} for vLLM, got {rank}"
+        )
+    return fits[0]
+
+
+def write_peft_adapter(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], lora: dict[str, Any], base: str
+) -> str:
+    """A peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) holding
+    ``named_tensors``; its target modules are the layers the tensors adapt."""
+    from safetensors.torch import save_file
+
+    tensors = {name: t.detach().contiguous() for name, t in named_tensors}
+    targets = sorted({name.split(".lora_")[0].rsplit(".", 1)[-1] for name in tensors if ".lora_" in name})
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": lora["r"],
+        "lora_alpha": lora["lora_alpha"],
+        "use_rslora": lora["use_rslora"],
+        "target_modules": targets,
+        "bias": "none",
+        "lora_dropout": 0.0,
+    }
+    folder = tempfile.mkdtemp(prefix="verl-lora-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    save_file(tensors, os.path.join(folder, "adapter_model.safetensors"))
+    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    return folder
 
 
 class VLLMRollout(Rollout):
@@ -60,6 +110,7 @@ class VLLMRollout(Rollout):
         device: torch.device,
         seed: int,
         trust_remote_code: bool = False,
+        lora: dict[str, Any] | None = None,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines per weight update
@@ -70,6 +121,10 @@ class VLLMRollout(Rollout):
         self.seed = seed
         self.version = 0
         self.dummy_weights = config.load_format.startswith("dummy")
+        self.model_path = model_path
+        self.lora = lora
+        """peft settings (``r``, ``lora_alpha``, ``use_rslora``) when updates are LoRA adapters."""
+        self.lora_request = None  # the adapter every request runs with, once one is loaded
         self.llm = self._build_engine(model_path, trust_remote_code)
         self.asleep = False
         # one engine call at a time: a weight update arriving from another thread (the async
@@ -101,6 +156,8 @@ class VLLMRollout(Rollout):
         }
         if torch.distributed.is_initialized():
             args["distributed_executor_backend"] = "external_launcher"
+        if self.lora is not None:
+            args.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(self.lora["r"]))
         if on_gpu:
             args["gpu_memory_utilization"] = cfg.gpu_memory_utilization
             args["enable_sleep_mode"] = cfg.free_cache_engine
@@ -138,9 +195,28 @@ class VLLMRollout(Rollout):
         """Reload every weight in place (tensors are consumed one at a time: no second copy of
         the model is built), then drop the prefix cache computed by the old weights."""
         with self._engine_lock:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+            if self.lora is not None:
+                self._swap_adapter(named_tensors)
+            else:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
             self.llm.reset_prefix_cache()
             self.version = version
+
+    def _swap_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the adapter ``named_tensors`` (peft's saved names) under :data:`LORA_ID` in place
+        of the previous one."""
+        from vllm.lora.request import LoRARequest
+
+        folder = write_peft_adapter(named_tensors, self.lora, self.model_path)
+        engine = self.llm.llm_engine
+        old = self.lora_request
+        if old is not None:
+            engine.remove_lora(LORA_ID)
+        self.lora_request = LoRARequest("policy", LORA_ID, folder)
+        try:
+            engine.add_lora(self.lora_request)  # read from the folder now
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def sleep(self) -> None:
         if self.device.type == "cuda" and self.config.free_cache_engine and not self.asleep:
@@ -180,7 +256,7 @@ class VLLMRollout(Rollout):
         ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
         requests = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(ids, mask)]
         with self._engine_lock:
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             version = self.version  # the weights these tokens came from
         return self._assemble(prompts, [o.outputs[0] for o in outputs], params, want_log_probs, version)
 
@@ -204,6 +280,7 @@ class VLLMRollout(Rollout):
 
         sampling = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         with self._engine_lock:
-            out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], sampling, use_tqdm=False)[0]
+            prompt = [TokensPrompt(prompt_token_ids=token_ids)]
+            out = self.llm.generate(prompt, sampling, use_tqdm=False, lora_request=self.lora_request)[0]
         steps = out.prompt_logprobs[1:]  # the first prompt token has no prediction
         return torch.tensor([step[token].logprob for step, token in zip(steps, token_ids[1:])])
