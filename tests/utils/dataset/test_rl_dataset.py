@@ -103,6 +103,21 @@ def test_filter_overlong_prompts(arith_file, tokenizer):
         RLHFDataset(arith_file, tokenizer, DataConfig(max_prompt_length=2, filter_overlong_prompts=True))
 
 
+def test_remembered_prompt_lengths_follow_the_file_and_the_template(tmp_path, arith_file, tokenizer):
+    """The load-time length check remembers counts per file and tokenizer; a rewritten file or
+    another chat template is measured again."""
+    fits = DataConfig(max_prompt_length=6)
+    RLHFDataset(arith_file, tokenizer, fits)
+    RLHFDataset(arith_file, tokenizer, fits)  # remembered
+    with pytest.raises(DatasetError, match="row 0"):  # the template adds tokens: measured again
+        RLHFDataset(arith_file, make_char_tokenizer(CHAT_TEMPLATE), fits)
+    rows = [make_row("arith", "3+4=", "arithmetic", "7", "train", 0)]
+    rows.append(make_row("arith", "123+4567=", "arithmetic", "4690", "train", 1))
+    write_rows(arith_file, rows)  # the same path, rewritten
+    with pytest.raises(DatasetError, match="9 tokens"):
+        RLHFDataset(arith_file, tokenizer, fits)
+
+
 def test_several_files_and_max_samples(tmp_path, arith_file, tokenizer):
     other = write_rows(tmp_path / "b.parquet", [make_row("openai/gsm8k", "1+1=", "math", "2", "test", 5)])
     ds = RLHFDataset([arith_file, other], tokenizer, DataConfig(max_prompt_length=8))

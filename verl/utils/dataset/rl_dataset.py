@@ -4,7 +4,8 @@ Loading checks everything it can before training starts: each file exists and is
 rows and the schema's columns (:mod:`verl.utils.dataset.schema`), every row's prompt is a list of
 chat messages and has a ground truth. With ``data.truncation=error`` (or
 ``data.filter_overlong_prompts``) every prompt is also measured, so an overlong prompt fails at
-load time (or is dropped) rather than at step 1000. Errors name the file, the row and the column.
+load time (or is dropped) rather than at step 1000 (the counts are remembered in the process for
+the same files and tokenizer). Errors name the file, the row and the column.
 
 ``dataset[i]`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (tensors of length
 ``data.max_prompt_length``, left-padded with the tokenizer's pad id; positions are
@@ -15,6 +16,7 @@ and, when asked for, ``raw_prompt`` (the messages) and ``full_prompts`` (the ren
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -30,6 +32,19 @@ from verl.utils.dataset.schema import DatasetError, validate_columns, validate_r
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
 logger = logging.getLogger(__name__)
+
+
+_PROMPT_LENGTHS: dict[tuple, list[int]] = {}  # see RLHFDataset._prompt_lengths
+
+
+def _tokenizer_fingerprint(tokenizer: Any) -> tuple | None:
+    """What a prompt's token count depends on in ``tokenizer``: its class, its whole fast-tokenizer
+    definition (hashed) and its chat template; None for a tokenizer without a fast backend."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    digest = hashlib.sha256(backend.to_str().encode()).hexdigest()
+    return (type(tokenizer).__name__, digest, getattr(tokenizer, "chat_template", None))
 
 
 def _file_list(data_files: Any) -> list[str]:
@@ -131,9 +146,27 @@ class RLHFDataset(torch.utils.data.Dataset):
             for column in columns:
                 record.setdefault(column, None)
 
-    def _check_lengths(self) -> None:
-        texts = [self.render(r[self.config.prompt_key], self.locations[i]) for i, r in enumerate(self.rows)]
+    def _prompt_lengths(self) -> list[int]:
+        """Token counts of the rows' rendered prompts, remembered in this process for the same
+        files (path, size, modification time), rows, tokenizer and template settings."""
+        cfg = self.config
+        tokenizer = _tokenizer_fingerprint(self.tokenizer)
+        key = None
+        if tokenizer is not None:
+            files = tuple(
+                (os.path.abspath(f), os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in self.files
+            )
+            key = (files, len(self.rows), cfg.prompt_key, repr(cfg.apply_chat_template_kwargs), tokenizer)
+            if key in _PROMPT_LENGTHS:
+                return _PROMPT_LENGTHS[key]
+        texts = [self.render(r[cfg.prompt_key], self.locations[i]) for i, r in enumerate(self.rows)]
         lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        if key is not None:
+            _PROMPT_LENGTHS[key] = lengths
+        return lengths
+
+    def _check_lengths(self) -> None:
+        lengths = self._prompt_lengths()
         limit = self.config.max_prompt_length
         if not self.config.filter_overlong_prompts:
             for i, n in enumerate(lengths):
