@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from verl.workers import ulysses
+
 PACKED_ATTENTION = "verl_packed"
 
 
@@ -87,6 +89,8 @@ def packed_response_outputs(
     """The head's outputs ``[b, R, C]`` at the positions that predict each response token, computed on
     the packed row; a ``causal_lm`` runs its LM head on those positions only (``logits_to_keep``)."""
     packed = pack(micro)
+    if ulysses.active():
+        return ulysses.response_outputs(module, packed, causal_lm)
     index = packed.response_index
     if causal_lm:
         out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
@@ -147,14 +151,21 @@ def packed_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if dropout:
         raise ValueError("use_remove_padding: packed attention runs without attention dropout")
+    if ulysses.active():  # this rank holds a slice of the row: attention runs on a share of the heads
+        return ulysses.attention(_attend, module, query, key, value, scaling), None
+    return _attend(query, key, value, cu, int(kwargs["max_length_q"]), scaling), None
+
+
+def _attend(query, key, value, cu_seqlens, max_seqlen: int, scaling) -> torch.Tensor:
+    """Attention within each sequence of the packed row: ``[1, H, T, D]`` in, ``[1, T, H, D]`` out."""
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, D]
     if q.is_cuda and torch.is_autocast_enabled("cuda"):  # as autocast casts SDPA's inputs (RoPE left fp32)
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
     if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and _varlen_attn() is not None:
-        out = _flash_varlen(q, k, v, cu, int(kwargs["max_length_q"]), scaling)
+        out = _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling)
     else:
-        out = _masked_sdpa(q, k, v, cu, scaling)
-    return out[None], None
+        out = _masked_sdpa(q, k, v, cu_seqlens, scaling)
+    return out[None]
 
 
 def _masked_sdpa(q, k, v, cu_seqlens, scaling):
