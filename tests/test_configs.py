@@ -24,9 +24,10 @@ def test_example_script_is_a_valid_config(script, mode):
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
         assert config.data.train_files.endswith("gsm8k/train.parquet")
         assert config.trainer.n_gpus_per_node == 1
-    else:  # the embedded default: the script adds only algorithm (and rollout engine) keys
+    else:  # the embedded default: the script adds only algorithm (rollout engine, LoRA) keys
         assert config.data.train_files.endswith("arith/train.parquet")
-        allowed = ("algorithm.", "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.")
+        lora = ("actor_rollout_ref.model.lora_", "actor_rollout_ref.model.target_modules")
+        allowed = ("algorithm.", "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", *lora)
         assert all(o.split("=")[0].startswith(allowed) for o in overrides)
 
 

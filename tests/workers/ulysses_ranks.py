@@ -63,7 +63,7 @@ def run(module, micro, group) -> tuple[dict, dict]:
 
 def main() -> None:
     dist.init_process_group("gloo")
-    group = ulysses.build_groups(dist.get_world_size())
+    group = ulysses.build_groups(dist.get_world_size(), "ulysses_sequence_parallel_size")
     micro = batch()
     report = {}
     for kv_heads in (2, 1):

@@ -123,7 +123,8 @@ class ActorConfig:
     shuffle: bool = False
     """Shuffle rows before splitting into mini-batches."""
     ulysses_sequence_parallel_size: int = 1
-    """Sequence parallel size (Ulysses); only 1 is supported yet (other values are refused)."""
+    """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
+    model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
     entropy_from_logits_with_chunking: bool = False
     """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory)."""
     entropy_from_logits_chunk_size: int = 2048
@@ -190,7 +191,7 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: int = II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
     """Token budget of one reference forward."""
     ulysses_sequence_parallel_size: int = II("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
-    """Sequence parallel size of the reference; only 1 is supported yet (other values are refused)."""
+    """Sequence parallel size of the reference: the actor's (it runs in the actor's processes)."""
     entropy_from_logits_with_chunking: bool = False
     """verl: chunked entropy of the reference. No effect here (the reference computes no entropy)."""
     entropy_from_logits_chunk_size: int = 2048

@@ -91,6 +91,7 @@ class PPOTrainerConfig:
             self.critic.enable,
         )
         self._check_batch_sizes()
+        self._check_sequence_parallel()
         self._check_sampling()
         self._check_agent_loop()
         if self.trainer.mode == "async":
@@ -230,6 +231,24 @@ class PPOTrainerConfig:
             "actor_rollout_ref.actor.ppo_mini_batch_size",
             f"ppo_mini_batch_size x rollout.n divisible by the {world} ranks",
             actor.ppo_mini_batch_size,
+        )
+
+    def _check_sequence_parallel(self) -> None:
+        arr = self.actor_rollout_ref
+        size = arr.actor.ulysses_sequence_parallel_size
+        key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+        check(size >= 1, key, "a positive number of ranks (a divisor of the actor's rank count)", size)
+        check(
+            size == 1 or arr.model.use_remove_padding,
+            key,
+            "1 unless actor_rollout_ref.model.use_remove_padding=True (sequences are split as packed rows)",
+            size,
+        )
+        check(
+            arr.ref.ulysses_sequence_parallel_size == size,
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+            f"the actor's ({size}): the reference runs in the actor's processes and groups",
+            arr.ref.ulysses_sequence_parallel_size,
         )
 
 

@@ -31,6 +31,7 @@ from verl.utils.model import (
     save_hf_files,
 )
 from verl.utils.perf import compute_mfu, compute_perf_metrics
+from verl.workers import ulysses
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
@@ -94,6 +95,10 @@ class ActorRolloutRefWorker(Worker):
         torch.manual_seed(self.config.rollout.seed + self.rank)
         self.tokenizer = load_tokenizer_from(self.tokenizer_source)
         use_lora = model_cfg.lora_rank > 0 or bool(model_cfg.lora_adapter_path)
+        self.sp_size = self.config.actor.ulysses_sequence_parallel_size
+        self.sp_group = ulysses.build_groups(
+            self.sp_size, "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+        )
         if self.is_actor:
             actor_cfg = self.config.actor
             module = self._load_policy()
@@ -106,7 +111,7 @@ class ActorRolloutRefWorker(Worker):
                 gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
             )
             self.shuffle_generator = torch.Generator().manual_seed(
-                (actor_cfg.data_loader_seed or 0) + self.rank
+                (actor_cfg.data_loader_seed or 0) + self.rank // self.sp_size  # a group shuffles alike
             )
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
             self.ref = FSDPEngine(self._load_policy(), self.device, self.config.ref.fsdp_config)
@@ -271,13 +276,18 @@ class ActorRolloutRefWorker(Worker):
         sum_pi_squared: bool = False,
     ):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
+        data = ulysses.gather_group_batch(data, self.sp_group)
+        max_tokens *= self.sp_size  # a rank holds 1/sp of each micro-batch's tokens
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
         options = self._entropy_options() if entropy else None
         packed = self.config.model.use_remove_padding
-        outs = engine.infer(
-            micro_batches, lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed)
-        )
-        return {key: restore_order([o[key] for o in outs], groups) for key in outs[0]}
+        with ulysses.sequence_parallel(self.sp_group):
+            outs = engine.infer(
+                micro_batches,
+                lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed),
+            )
+        out = DataProto.from_dict({key: restore_order([o[key] for o in outs], groups) for key in outs[0]})
+        return dict(ulysses.own_share(out, self.sp_group).batch.items())
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -330,21 +340,28 @@ class ActorRolloutRefWorker(Worker):
             out = response_log_probs(module, micro, temperature, entropy, packed=packed)
             if on_policy:
                 micro = {**micro, "old_log_probs": out["log_probs"].detach()}
-            return compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
+            loss, metrics = compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
+            # sequence parallel: the group's gradient is split over its ranks, which the engine
+            # averages with every other rank's: scaled by the group size it sums instead
+            return loss * self.sp_size, metrics
 
+        dp_size = self.world_size // self.sp_size  # a sequence-parallel group is one data-parallel rank
         spec = UpdateSpec(
             mini_batch_rows=rows_per_rank(
-                cfg.ppo_mini_batch_size, self.config.rollout.n, self.world_size, "ppo_mini_batch_size"
+                cfg.ppo_mini_batch_size, self.config.rollout.n, dp_size, "ppo_mini_batch_size"
             ),
             micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
             use_dynamic_bsz=cfg.use_dynamic_bsz,
-            max_token_len=cfg.ppo_max_token_len_per_gpu,
+            max_token_len=cfg.ppo_max_token_len_per_gpu * self.sp_size,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
+            replicas=self.sp_size,
         )
         keys = POLICY_INPUT_KEYS + [k for k in ACTOR_LOSS_KEYS if k in data.batch.keys()]
         start = time.perf_counter()
-        metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
+        data = ulysses.gather_group_batch(data, self.sp_group)
+        with ulysses.sequence_parallel(self.sp_group):
+            metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
         metrics.update(self._perf_metrics(data, time.perf_counter() - start))
         metrics["lr"] = self.actor.lr_scheduler_step()
         first = data.batch["attention_mask"][0].bool()

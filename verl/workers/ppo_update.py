@@ -32,6 +32,8 @@ class UpdateSpec:
     max_token_len: int
     epochs: int
     shuffle: bool
+    replicas: int = 1
+    """Ranks holding the same rows (a Ulysses sequence-parallel group)."""
 
 
 def run_ppo_updates(
@@ -53,7 +55,7 @@ def run_ppo_updates(
             micro_batches, groups = split_micro_batches(
                 mini, keys, spec.micro_batch_size, spec.use_dynamic_bsz, spec.max_token_len
             )
-            counts = mini_batch_counts(mini)
+            counts = mini_batch_counts(mini, spec.replicas)
             micro_batches = [{**micro, **counts} for micro in micro_batches]
             weights = [len(g) / len(mini) for g in groups]
             metrics = engine.train_step(micro_batches, loss_fn, weights)
@@ -63,17 +65,19 @@ def run_ppo_updates(
     return mean_over_ranks(average(steps))
 
 
-def mini_batch_counts(mini: DataProto) -> dict[str, torch.Tensor]:
+def mini_batch_counts(mini: DataProto, replicas: int = 1) -> dict[str, torch.Tensor]:
     """``dp_size``, ``batch_num_tokens`` (valid response tokens, at least 1) and
-    ``global_batch_size`` (rows) of a mini-batch, summed over data-parallel ranks; none
-    without a ``response_mask``."""
+    ``global_batch_size`` (rows) of a mini-batch, summed over data-parallel ranks (rows held by
+    ``replicas`` ranks, a sequence-parallel group, count once and the group is one data-parallel
+    rank); none without a ``response_mask``."""
     if "response_mask" not in mini.batch.keys():
         return {}
     counts = torch.tensor([float(mini.batch["response_mask"].sum()), float(len(mini))], dtype=torch.float64)
     dp_size = 1
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(counts)
-        dp_size = dist.get_world_size()
+        counts /= replicas
+        dp_size = dist.get_world_size() // replicas
     tokens, rows = (round(v) for v in counts.tolist())
     return {
         "dp_size": torch.tensor(dp_size),

@@ -12,8 +12,8 @@ on ``H/N`` heads with the packed row's ``cu_seqlens``, and a second all-to-all t
 The outputs at the response positions are gathered from the group, so every rank computes the
 same loss; each rank's backward starts from the outputs it owns and the all-to-alls carry the
 gradients of the other ranks' tokens back to them. The group's gradient is the sum over its
-ranks, which the data-parallel mean over all ``world`` ranks divides by ``world``: the loss's
-``dp_size`` is therefore the world size (:func:`verl.workers.ppo_update.mini_batch_counts`).
+ranks, which the engine's mean over every rank would divide by the group size: the worker scales
+the group's loss by it (its metrics stay as they are).
 
 Needs ``use_remove_padding=True`` and query heads (and key/value heads, else they are repeated
 to the query heads first) divisible by ``N``.
@@ -44,17 +44,14 @@ class _Active:
 _ACTIVE: _Active | None = None
 
 
-def build_groups(size: int) -> dist.ProcessGroup | None:
+def build_groups(size: int, key: str) -> dist.ProcessGroup | None:
     """The group of ``size`` consecutive ranks this rank belongs to (every rank creates every
-    group, as ``torch.distributed`` asks); None for ``size == 1``."""
+    group, as ``torch.distributed`` asks); None for ``size == 1``. ``key`` names the setting in errors."""
     if size == 1:
         return None
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world % size:
-        raise ValueError(
-            f"ulysses_sequence_parallel_size={size}: expected a divisor of the {world} ranks "
-            "(trainer.nnodes x trainer.n_gpus_per_node)"
-        )
+        raise ValueError(f"{key}: expected a divisor of this role's {world} ranks, got {size}")
     mine = None
     for start in range(0, world, size):
         group = dist.new_group(list(range(start, start + size)))
