@@ -43,9 +43,9 @@ def test_two_ranks_splitting_each_sequence_equal_one_rank(tmp_path):
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_a_sequence_parallel_group_trains_as_the_data_parallel_ranks_do(tmp_path, monkeypatch):
-    """GRPO on 2 ranks, packed, as one sequence-parallel group (each rank holds half of every
-    sequence) and as 2 data-parallel ranks: the same rollouts (generation is per rank either way),
-    so the first step's log-probs, losses and gradient norm agree."""
+    """PPO with a critic on 2 ranks, packed, as one sequence-parallel group (each rank holds half of
+    every sequence) and as 2 data-parallel ranks: the same rollouts (generation is per rank either
+    way), so the first step's log-probs, values, losses and gradient norms agree."""
     from tests.trainer.fit import fit_trainer
     from verl.config.ppo_trainer import load_config
 
@@ -71,15 +71,24 @@ def test_a_sequence_parallel_group_trains_as_the_data_parallel_ranks_do(tmp_path
                 "actor_rollout_ref.rollout.calculate_log_probs=True",
                 "actor_rollout_ref.model.use_remove_padding=True",
                 f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
+                "algorithm.adv_estimator=gae",  # and a critic, split the same way
+                "critic.model.use_remove_padding=True",
+                "critic.ppo_max_token_len_per_gpu=96",
+                f"critic.ulysses_sequence_parallel_size={sp}",
             ]
         )
         fit_trainer(config)
         lines = (tmp_path / f"logs/ulysses/sp{sp}/metrics.jsonl").read_text().splitlines()
         streams[sp] = [json.loads(line) for line in lines]
     (dp,), (split,) = ([row for row in streams[sp] if row.get("step") == 1] for sp in (1, 2))
-    for key in ("critic/score/mean", "training/rollout_logprob_diff_max", "actor/entropy"):
+    for key in (
+        "critic/score/mean",
+        "training/rollout_logprob_diff_max",
+        "actor/entropy",
+        "critic/values/mean",
+    ):
         assert split[key] == pytest.approx(dp[key], rel=1e-5, abs=1e-6), key
-    for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
         assert split[key] == pytest.approx(dp[key], rel=1e-4, abs=1e-6), key
     assert len([row for row in streams[2] if "actor/pg_loss" in row]) == 2
 
@@ -101,5 +110,7 @@ def test_settings_sequence_parallelism_cannot_honour_are_refused_naming_the_key(
                 "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1",
             ]
         )
-    with pytest.raises(ConfigError, match=r"critic\.ulysses_sequence_parallel_size"):
+    with pytest.raises(ConfigError, match=r"critic\.ulysses_sequence_parallel_size: expected 1 unless"):
         load_config(["critic.ulysses_sequence_parallel_size=2"])
+    with pytest.raises(ConfigError, match=r"reward_model\.ulysses_sequence_parallel_size"):
+        load_config(["reward_model.ulysses_sequence_parallel_size=2"])

@@ -86,8 +86,8 @@ _REGISTER_ONLY = (
     "imported through actor_rollout_ref.model.external_lib, then set reward_model.reward_manager"
 )
 _NO_SP = (
-    "sequence parallelism is supported for the actor and the reference only: set "
-    "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    "set actor_rollout_ref.actor.ulysses_sequence_parallel_size or critic.ulysses_sequence_parallel_size "
+    "(the reward model has no sequence parallelism)"
 )
 # key -> (the one accepted value, why / what to use instead)
 REFUSED_KEYS: dict[str, tuple[Any, str]] = {
@@ -107,7 +107,6 @@ REFUSED_KEYS: dict[str, tuple[Any, str]] = {
         "multi_turn.tool_config_path",
     ),
     "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": (None, "not supported yet; use rollout.n"),
-    "critic.ulysses_sequence_parallel_size": (1, _NO_SP),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "critic.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),

@@ -70,7 +70,8 @@ class CriticConfig:
     forward_max_token_len_per_gpu: int = II("critic.ppo_max_token_len_per_gpu")
     """Token budget of one value forward."""
     ulysses_sequence_parallel_size: int = 1
-    """Sequence parallel size; only 1 is supported yet (other values are refused)."""
+    """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
+    critic.model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
     ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
     """Passes over the batch per training step."""
     shuffle: bool = II("actor_rollout_ref.actor.shuffle")
@@ -92,6 +93,14 @@ class CriticConfig:
         scale = self.loss_scale_factor
         check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
         check(self.cliprange_value > 0, f"{path}.cliprange_value", "a positive number", self.cliprange_value)
+        sp = self.ulysses_sequence_parallel_size
+        check(sp >= 1, f"{path}.ulysses_sequence_parallel_size", "a positive number of ranks", sp)
+        check(
+            sp == 1 or self.model.use_remove_padding,
+            f"{path}.ulysses_sequence_parallel_size",
+            f"1 unless {path}.model.use_remove_padding=True (sequences are split as packed rows)",
+            sp,
+        )
         self.model.fsdp_config.validate(f"{path}.model.fsdp_config")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")

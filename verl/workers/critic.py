@@ -12,6 +12,7 @@ from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
+from verl.workers import ulysses
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
@@ -47,46 +48,58 @@ class CriticWorker(Worker):
             grad_clip=cfg.grad_clip,
             gradient_checkpointing=cfg.model.enable_gradient_checkpointing,
         )
-        self.shuffle_generator = torch.Generator().manual_seed(self.rank)
+        self.sp_size = cfg.ulysses_sequence_parallel_size
+        self.sp_group = ulysses.build_groups(self.sp_size, "critic.ulysses_sequence_parallel_size")
+        self.shuffle_generator = torch.Generator().manual_seed(self.rank // self.sp_size)  # a group alike
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         cfg = self.config
+        data = ulysses.gather_group_batch(data, self.sp_group)
         micro_batches, groups = split_micro_batches(
             data,
             POLICY_INPUT_KEYS,
             cfg.forward_micro_batch_size_per_gpu,
             cfg.use_dynamic_bsz,
-            cfg.forward_max_token_len_per_gpu,
+            cfg.forward_max_token_len_per_gpu * self.sp_size,  # a rank holds 1/sp of the tokens
         )
-        outs = self.engine.infer(
-            micro_batches, lambda m, b: {"values": response_values(m, b, cfg.model.use_remove_padding)}
-        )
+        with ulysses.sequence_parallel(self.sp_group):
+            outs = self.engine.infer(
+                micro_batches, lambda m, b: {"values": response_values(m, b, cfg.model.use_remove_padding)}
+            )
         values = restore_order([o["values"] for o in outs], groups)
-        return DataProto.from_dict({"values": values * data.batch["response_mask"]})
+        out = DataProto.from_dict({"values": values * data.batch["response_mask"]})
+        return ulysses.own_share(out, self.sp_group)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         cfg = self.config
 
         def loss_fn(module, micro):
-            return compute_critic_loss(
+            loss, metrics = compute_critic_loss(
                 response_values(module, micro, cfg.model.use_remove_padding), micro, cfg
             )
+            return loss * self.sp_size, metrics  # as the actor's (ActorRolloutRefWorker.update_actor)
 
         spec = UpdateSpec(
             mini_batch_rows=rows_per_rank(
-                cfg.ppo_mini_batch_size, cfg.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
+                cfg.ppo_mini_batch_size,
+                cfg.rollout_n,
+                self.world_size // self.sp_size,
+                "critic.ppo_mini_batch_size",
             ),
             micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
             use_dynamic_bsz=cfg.use_dynamic_bsz,
-            max_token_len=cfg.ppo_max_token_len_per_gpu,
+            max_token_len=cfg.ppo_max_token_len_per_gpu * self.sp_size,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
+            replicas=self.sp_size,
         )
-        metrics = run_ppo_updates(
-            self.engine, data, POLICY_INPUT_KEYS + CRITIC_LOSS_KEYS, spec, loss_fn, self.shuffle_generator
-        )
+        data = ulysses.gather_group_batch(data, self.sp_group)
+        with ulysses.sequence_parallel(self.sp_group):
+            metrics = run_ppo_updates(
+                self.engine, data, POLICY_INPUT_KEYS + CRITIC_LOSS_KEYS, spec, loss_fn, self.shuffle_generator
+            )
         metrics["lr"] = self.engine.lr_scheduler_step()
         return DataProto(meta_info={"metrics": prefixed(metrics, "critic")})
 

@@ -154,7 +154,6 @@ def test_no_key_is_both_read_and_listed_inert():
 
 REFUSAL_EXAMPLES = {
     "actor_rollout_ref.hybrid_engine": "False",
-    "critic.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "4",
     "critic.model.fsdp_config.ulysses_sequence_parallel_size": "2",
