@@ -224,17 +224,19 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ weight publishing (async)
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def publish_weights(self, version: int, weight_dir: str | None = None):
-        """Full weights of the actor as version ``version``: every rank takes part in the gather;
-        rank 0 returns a Ray object reference (in memory) or, with ``weight_dir``, the path of a
-        safetensors file written atomically there. Other ranks return None."""
+        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`):
+        every rank takes part in the gather; rank 0 returns (a Ray object reference (in memory) or,
+        with ``weight_dir``, the path of a safetensors file written atomically there; their size
+        in MB). Other ranks return None."""
         import ray
 
         state = {name: t.detach().cpu() for name, t in self._rollout_weights()}
         self.version = version
         if self.rank != 0:
             return None
+        megabytes = sum(t.numel() * t.element_size() for t in state.values()) / 1e6
         if weight_dir is None:
-            return ray.put(state)
+            return ray.put(state), megabytes
         from safetensors.torch import save_file
 
         os.makedirs(weight_dir, exist_ok=True)
@@ -242,7 +244,7 @@ class ActorRolloutRefWorker(Worker):
         tmp = f"{path}.tmp-{os.getpid()}"
         save_file({k: v.clone() for k, v in state.items()}, tmp)  # tied weights share storage
         os.replace(tmp, path)
-        return path
+        return path, megabytes
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, weights, version: int, keep_from: int | None = None) -> None:

@@ -174,14 +174,14 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     def sync_weights(self) -> dict[str, float]:
         """After an actor update: publish the new version to the rollout pool."""
-        self._publish_weights()
-        return {}
+        return {"rollout/weight_sync_mb": self._publish_weights()}
 
-    def _publish_weights(self) -> None:
-        """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps)."""
+    def _publish_weights(self) -> float:
+        """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps);
+        returns its size in MB."""
         cfg = self.async_cfg
         weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
-        source = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
+        source, megabytes = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
         keep_from = None  # partial rollout: swapped in at once, mid-batch
         if not cfg.partial_rollout:  # kept until the batches submitted with older versions have run
             keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
@@ -190,6 +190,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
             if self._last_weight_file is not None and os.path.exists(self._last_weight_file):
                 os.remove(self._last_weight_file)
             self._last_weight_file = source
+        return megabytes
 
     # ------------------------------------------------------------------ checkpoints
     def _driver_state(self) -> dict:
