@@ -54,7 +54,7 @@ from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokeni
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers.engine.fsdp import FSDPEngine
-from verl.workers.engine.lora import ADAPTER, apply_lora
+from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ class SFTTrainer:
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
         module = self.build_module()
-        if model.lora_rank > 0 or model.lora_adapter_path:
+        if uses_lora(model):
             module = apply_lora(module, model)
         self.engine = FSDPEngine(
             module,

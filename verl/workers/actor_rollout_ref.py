@@ -33,7 +33,7 @@ from verl.utils.model import (
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
 from verl.workers.engine.fsdp import FSDPEngine
-from verl.workers.engine.lora import ADAPTER, apply_lora
+from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.packing import enable_packing
@@ -94,7 +94,7 @@ class ActorRolloutRefWorker(Worker):
         model_cfg = self.config.model
         torch.manual_seed(self.config.rollout.seed + self.rank)
         self.tokenizer = load_tokenizer_from(self.tokenizer_source)
-        use_lora = model_cfg.lora_rank > 0 or bool(model_cfg.lora_adapter_path)
+        use_lora = uses_lora(model_cfg)
         self.sp_size = self.config.actor.ulysses_sequence_parallel_size
         self.sp_group = ulysses.build_groups(
             self.sp_size, "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
@@ -230,11 +230,12 @@ class ActorRolloutRefWorker(Worker):
         in MB). Other ranks return None."""
         import ray
 
-        state = {name: t.detach().cpu() for name, t in self._rollout_weights()}
+        sent: list[int] = []
+        state = {name: t.detach().cpu() for name, t in _counted(self._rollout_weights(), sent)}
         self.version = version
         if self.rank != 0:
             return None
-        megabytes = sum(t.numel() * t.element_size() for t in state.values()) / 1e6
+        megabytes = sum(sent) / 1e6
         if weight_dir is None:
             return ray.put(state), megabytes
         from safetensors.torch import save_file

@@ -152,7 +152,7 @@ def packed_attention(
     if dropout:
         raise ValueError("use_remove_padding: packed attention runs without attention dropout")
     if ulysses.active():  # this rank holds a slice of the row: attention runs on a share of the heads
-        return ulysses.attention(_attend, module, query, key, value, scaling), None
+        return ulysses.attention(_attend, query, key, value, scaling), None
     return _attend(query, key, value, cu, int(kwargs["max_length_q"]), scaling), None
 
 

@@ -186,7 +186,7 @@ def response_outputs(module, packed, causal_lm: bool) -> torch.Tensor:
     return result.view(*packed.response_index.shape, -1)
 
 
-def attention(inner, module, query, key, value, scaling):
+def attention(inner, query, key, value, scaling):
     """Run ``inner`` (packed attention over whole sequences) on this rank's share of the heads:
     ``query`` ``[1, H, T/N, D]`` and ``key``/``value`` ``[1, H_kv, T/N, D]`` hold this rank's
     tokens; returns ``[1, T/N, H, D]``."""

@@ -205,9 +205,8 @@ class FSDPEngine(TrainEngine):
         return dict(merged_state_dict(state.items(), lora_scaling(self.module))) if self.lora else state
 
     def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
-        """LoRA: the adapters' full tensors under peft's saved names (every rank takes part; rank 0 gets them)."""
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return adapter_items(get_model_state_dict(self.module, options=options).items())
+        """LoRA: :meth:`adapter_tensors` on CPU (every rank takes part), for checkpoints and export."""
+        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:

@@ -30,6 +30,11 @@ SAVED_HEAD = f".modules_to_save.{ADAPTER}."
 FROZEN_HEAD = ".original_module."
 
 
+def uses_lora(model_config: Any) -> bool:
+    """Whether ``model.{lora_rank, lora_adapter_path}`` ask for LoRA training."""
+    return model_config.lora_rank > 0 or bool(model_config.lora_adapter_path)
+
+
 def is_lora(module: nn.Module) -> bool:
     return hasattr(module, "peft_config")
 

@@ -8,7 +8,7 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.utils.model import eos_token_ids, load_causal_lm
-from verl.workers.engine.lora import peft_settings
+from verl.workers.engine.lora import peft_settings, uses_lora
 from verl.workers.rollout.base import Rollout, WeightSyncError, verify_weight_sync
 
 
@@ -17,8 +17,7 @@ def syncs_lora_adapter(config: RolloutConfig, model_config) -> bool:
     (vLLM serves adapters) whose engine loads the base model itself. With a ``dummy``
     ``load_format`` the engine has no base weights, so it gets merged weights, as ``hf`` and
     ``sglang`` always do."""
-    lora = model_config.lora_rank > 0 or bool(model_config.lora_adapter_path)
-    return lora and config.name == "vllm" and not config.load_format.startswith("dummy")
+    return uses_lora(model_config) and config.name == "vllm" and not config.load_format.startswith("dummy")
 
 
 def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.device, seed: int) -> Rollout:

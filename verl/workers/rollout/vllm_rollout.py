@@ -209,8 +209,7 @@ class VLLMRollout(Rollout):
 
         folder = write_peft_adapter(named_tensors, self.lora, self.model_path)
         engine = self.llm.llm_engine
-        old = self.lora_request
-        if old is not None:
+        if self.lora_request is not None:
             engine.remove_lora(LORA_ID)
         self.lora_request = LoRARequest("policy", LORA_ID, folder)
         try:
