@@ -28,6 +28,7 @@ import torch
 
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
+from verl.trainer.builtin_model import ensure_builtin_model
 from verl.utils import builtin
 from verl.utils.model import load_tokenizer
 from verl.workers.rollout import build_rollout
@@ -124,7 +125,7 @@ def main() -> None:
         print(tokens_per_second(*args.one, args.rows, args.response_length, args.repeats))
         return
     os.environ.setdefault("VERL_CACHE_DIR", os.path.expanduser("~/.cache/verl"))
-    builtin.ensure_builtin_model(str(builtin.builtin_model_dir()))
+    ensure_builtin_model(str(builtin.builtin_model_dir()))
     with tempfile.TemporaryDirectory() as root:
         models = {"0.8M (built-in)": str(builtin.builtin_model_dir()), "28M": medium_model_dir(root)}
         for label, path in models.items():

@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rollout_throughput import THREADS, medium_model_dir, prompt_batch
 
 from verl.config.ppo_trainer import load_config
+from verl.trainer.builtin_model import ensure_builtin_model
 from verl.utils import builtin
 from verl.utils.model import eos_token_ids, load_tokenizer
 from verl.workers.rollout import build_rollout, build_server
@@ -116,7 +117,7 @@ def main() -> None:
         print(*measure(*args.one, args.rows, args.response_length, args.repeats))
         return
     os.environ.setdefault("VERL_CACHE_DIR", os.path.expanduser("~/.cache/verl"))
-    builtin.ensure_builtin_model(str(builtin.builtin_model_dir()))
+    ensure_builtin_model(str(builtin.builtin_model_dir()))
     with tempfile.TemporaryDirectory() as root:
         models = {"0.8M (built-in)": str(builtin.builtin_model_dir()), "28M": medium_model_dir(root)}
         for label, path in models.items():

@@ -54,6 +54,7 @@ def ray_session():
 @pytest.fixture(scope="session")
 def builtin_assets() -> dict[str, str]:
     """The built-in arithmetic task and tiny model (built on first use), as config paths."""
+    from verl.trainer.builtin_model import ensure_builtin_model
     from verl.utils import builtin
 
     cache = builtin.cache_dir()
@@ -63,5 +64,5 @@ def builtin_assets() -> dict[str, str]:
         "val": str(cache / "data" / "arith" / "test.parquet"),
     }
     builtin.ensure_builtin_data(paths["train"], paths["val"])
-    builtin.ensure_builtin_model(paths["model"])
+    ensure_builtin_model(paths["model"])
     return paths

@@ -183,12 +183,15 @@ def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets, weights, mo
     (tmp_path / "one").mkdir()
     monkeypatch.chdir(tmp_path / "one")  # logs/ goes here
     run_sft(sft_config(tmp_path / "one", *run))
-    two = tmp_path / "two"
-    args = sft_args(
-        two, *run, f"model.partial_pretrain={builtin_assets['model']}", module="verl.trainer.fsdp_sft_trainer"
-    )
-    code, out = finish(start(two, args, torchrun=2))
+    # the ranks start on an empty cache: rank 0 builds the built-in model (its warm-up trains alone,
+    # before the ranks join) and the chats; both equal the ones the run above used
+    two, cache = tmp_path / "two", tmp_path / "cache"
+    model = cache / "models" / "tiny-qwen2-arith"
+    args = sft_args(two, *run, f"model.partial_pretrain={model}", module="verl.trainer.fsdp_sft_trainer")
+    code, out = finish(start(two, args, env={"VERL_CACHE_DIR": str(cache)}, torchrun=2))
     assert code == 0, out[-3000:]
+    built = (model / "model.safetensors").read_bytes()
+    assert built == (Path(builtin_assets["model"]) / "model.safetensors").read_bytes()
     one_stream, two_stream = metric_stream(tmp_path / "one"), metric_stream(two)
     assert sorted(one_stream) == sorted(two_stream) == [0, 1, 2, 3]
     for step in one_stream:

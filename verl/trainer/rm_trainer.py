@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 
 from verl.config.rm_trainer import RMTrainerConfig
 from verl.protocol import DataProto
+from verl.trainer.builtin_model import ensure_builtin_model
 from verl.trainer.sft_trainer import SFTTrainer, _all_reduce_sum, prepare_sft_argv, run_sft
 from verl.utils import builtin
 from verl.utils.dataset.preference_dataset import PreferenceDataset
@@ -86,7 +87,7 @@ class RewardModelTrainer(SFTTrainer):
         builtin.ensure_builtin_preference_data(
             *[str(p) for f in files for p in ([f] if isinstance(f, str) else f)]
         )
-        builtin.ensure_builtin_model(self.config.model.path)
+        ensure_builtin_model(self.config.model.path)
 
     def row_tokens(self, row: dict[str, list[int]]) -> int:
         return len(row["chosen"]) + len(row["rejected"])

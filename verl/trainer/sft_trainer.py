@@ -45,6 +45,7 @@ from verl.config.compat import strip_schema_plus
 from verl.config.ppo_trainer import CONFIG_DIR
 from verl.config.sft_trainer import SFTTrainerConfig, load_sft_config, to_typed_sft_config
 from verl.protocol import DataProto
+from verl.trainer.builtin_model import ensure_builtin_model
 from verl.trainer.ppo import checkpoint
 from verl.utils import builtin
 from verl.utils.checkpoint_io import torch_load
@@ -63,14 +64,14 @@ MODEL_DIR = "model"
 INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "loss_mask"]
 
 
-def init_distributed(config: SFTTrainerConfig) -> torch.device:
-    """Join torchrun's process group when there is one (gloo on CPU, nccl on CUDA); the device."""
+def init_distributed(config: SFTTrainerConfig, join: bool = True) -> torch.device:
+    """Join torchrun's process group when there is one and ``join`` (gloo on CPU, nccl on CUDA); the device."""
     want = config.trainer.device
     use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
     if want == "cuda" and not torch.cuda.is_available():
         raise ConfigError("trainer.device: expected a device this machine has, got 'cuda' (no CUDA GPU here)")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+    if join and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         if use_cuda:
             torch.cuda.set_device(local_rank)
         dist.init_process_group(
@@ -100,20 +101,25 @@ def token_losses(
     width = int(micro["attention_mask"].sum(-1).max())  # right-padded: drop columns of pads only
     ids, mask = micro["input_ids"][:, :width], micro["attention_mask"][:, :width]
     logits = module(input_ids=ids, attention_mask=mask, position_ids=micro["position_ids"][:, :width]).logits
-    losses = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
+    rows, positions = ids[:, 1:].shape
+    flat = logits[:, :-1].float().reshape(rows * positions, -1)
+    losses = F.cross_entropy(flat, ids[:, 1:].reshape(-1), reduction="none").view(rows, positions)
     return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
 
 
 class SFTTrainer:
-    def __init__(self, config: SFTTrainerConfig) -> None:
+    def __init__(self, config: SFTTrainerConfig, distributed: bool = True) -> None:
+        """``distributed=False``: this process trains alone, even under torchrun (the built-in
+        model's warm-up, which rank 0 runs before the ranks join)."""
         self.config = config
-        self.device = init_distributed(config)
-        self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        if int(os.environ.get("RANK", "0")) == 0 or not distributed:
+            self._prepare_builtin_assets()  # before joining: a built-in model's warm-up trains alone
+        self.device = init_distributed(config, join=distributed)
+        joined = distributed and dist.is_initialized()
+        self.rank = dist.get_rank() if joined else 0
+        self.world_size = dist.get_world_size() if joined else 1
         self._convert_micro_batch_size()
         self._check_batch_size()
-        if self.rank == 0:
-            self._prepare_builtin_assets()
         _barrier()
         model = config.model
         self.tokenizer = load_tokenizer_from(resolve_tokenizer_source(model, section="model"))
@@ -212,7 +218,7 @@ class SFTTrainer:
         files = [f for f in (data.train_files, data.val_files) if f]
         flat = [str(p) for f in files for p in ([f] if isinstance(f, str) else f)]
         builtin.ensure_builtin_sft_data(*flat)
-        builtin.ensure_builtin_model(self.config.model.path)
+        ensure_builtin_model(self.config.model.path)
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict[str, float]:

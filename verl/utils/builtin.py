@@ -5,9 +5,9 @@ cache dir ``$VERL_CACHE_DIR`` (default ``~/.cache/verl``) and are written atomic
 temporary dir, then a rename), so an interrupted first run leaves nothing half-written.
 
 The model is a Qwen2-architecture transformer (about 0.8M parameters) over a character
-vocabulary of the digits, ``+``, ``=`` and three special tokens. It is warmed up with a
-short SFT on the task so that RL starts with some signal (greedy accuracy around 0.2),
-then saved as a normal Hugging Face model directory (config, safetensors, tokenizer).
+vocabulary of the digits, ``+``, ``=`` and three special tokens. Its warm-up, a short SFT run
+on the task through the SFT trainer, lives with the trainers (:mod:`verl.trainer.builtin_model`);
+the result is a normal Hugging Face model directory (config, safetensors, tokenizer).
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['content'] }}"
     "{% if message['role'] == 'assistant' %}<eos>{% endif %}{% endfor %}"
 )
-SFT_STEPS = 40
-SFT_SEED = 0
 
 
 def cache_dir() -> Path:
@@ -102,19 +100,6 @@ def _write_prefixed_files(paths: tuple[str, ...], prefix: str, write: Callable[.
     )
 
 
-def ensure_builtin_model(path: str) -> None:
-    """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
-
-    def build(folder: Path) -> None:
-        tokenizer = build_char_tokenizer()
-        model = build_tiny_qwen2(tokenizer)
-        sft_warmup(model, tokenizer, steps=SFT_STEPS, seed=SFT_SEED)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-
-    build_model_once(builtin_model_dir(), path, build, "the built-in tiny model")
-
-
 def write_task_once(data_dir: Path, paths: tuple[str, ...], write: Callable[[str], None], what: str) -> None:
     """``write(folder)`` when one of ``paths`` is a missing file of ``data_dir``."""
     data_dir = data_dir.resolve()
@@ -159,7 +144,7 @@ def build_char_tokenizer():
     return tokenizer
 
 
-def build_tiny_qwen2(tokenizer, seed: int = SFT_SEED):
+def build_tiny_qwen2(tokenizer, seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -178,39 +163,3 @@ def build_tiny_qwen2(tokenizer, seed: int = SFT_SEED):
     )
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config)
-
-
-def sft_warmup(model, tokenizer, steps: int, seed: int, batch_size: int = 64, lr: float = 1e-3) -> None:
-    """A brief supervised warm-up on the task: cross-entropy on the answer and EOS only."""
-    from verl.utils.dataset.arith import make_arith_rows
-
-    rows = make_arith_rows(num_rows=steps * batch_size, seed=seed + 1, split="sft")
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    for step in range(steps):
-        batch = rows[step * batch_size : (step + 1) * batch_size]
-        input_ids, labels, mask = _sft_tensors(batch, tokenizer)
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-
-
-def _sft_tensors(rows: list[dict], tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded prompt+answer+EOS ids, labels masked to the answer, attention mask."""
-    sequences, label_rows = [], []
-    for row in rows:
-        prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"]
-        answer_ids = [*answer_ids, tokenizer.eos_token_id]
-        sequences.append(prompt_ids + answer_ids)
-        label_rows.append([-100] * len(prompt_ids) + answer_ids)
-    width = max(len(s) for s in sequences)
-    pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
-    labels = torch.tensor([lbl + [-100] * (width - len(lbl)) for lbl in label_rows])
-    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
-    return input_ids, labels, mask

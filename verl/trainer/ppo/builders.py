@@ -21,6 +21,7 @@ from verl.config.actor import ActorRolloutRefConfig, ModelConfig
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
+from verl.trainer.builtin_model import ensure_builtin_model
 from verl.utils import builtin, builtin_tool_task
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 
@@ -31,7 +32,7 @@ def prepare_builtin_assets(config: PPOTrainerConfig) -> None:
     """Create the built-in task and tiny model on first use (no-op for user data and models)."""
     files = _as_list(config.data.train_files) + _as_list(config.data.val_files)
     builtin.ensure_builtin_data(*files)
-    builtin.ensure_builtin_model(config.actor_rollout_ref.model.path)
+    ensure_builtin_model(config.actor_rollout_ref.model.path)
     builtin_tool_task.ensure_tool_task_data(*files)  # the tool_agent_trainer preset's
     builtin_tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
 

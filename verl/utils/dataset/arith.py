@@ -70,21 +70,32 @@ def write_arith_sft_parquet(
 ) -> tuple[Path, Path]:
     """Write ``sft_train.parquet`` and ``sft_test.parquet``: chats ``[user: "a+b=", assistant: "s"]``
     (the ``messages`` column of the SFT trainer) drawn from streams of their own (split ``sft_*``)."""
+    paths = [
+        _write_chats(local_dir, size, seed, split)
+        for split, size in (("sft_train", train_size), ("sft_test", test_size))
+    ]
+    return paths[0], paths[1]
+
+
+def write_arith_warmup_parquet(local_dir: str | os.PathLike, size: int, seed: int) -> Path:
+    """Write ``sft.parquet``: the chats of the built-in model's warm-up (split ``sft``; the same
+    ``messages`` column as :func:`write_arith_sft_parquet`, from a stream of its own)."""
+    return _write_chats(local_dir, size, seed, "sft")
+
+
+def _write_chats(local_dir: str | os.PathLike, size: int, seed: int, split: str) -> Path:
     from verl.utils.dataset.schema import write_parquet
 
-    paths = []
-    for split, size in (("sft_train", train_size), ("sft_test", test_size)):
-        rows = [
-            {
-                "messages": [
-                    {"role": "user", "content": row["prompt"][0]["content"]},
-                    {"role": "assistant", "content": row["reward_model"]["ground_truth"]},
-                ]
-            }
-            for row in make_arith_rows(size, seed, split)
-        ]
-        paths.append(write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet"))
-    return paths[0], paths[1]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": row["prompt"][0]["content"]},
+                {"role": "assistant", "content": row["reward_model"]["ground_truth"]},
+            ]
+        }
+        for row in make_arith_rows(size, seed, split)
+    ]
+    return write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet")
 
 
 def write_arith_preference_parquet(
