@@ -10,8 +10,9 @@ micro-batch runs without its pads (:mod:`verl.workers.packing`) and gives the sa
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import torch
 from torch import nn
@@ -50,13 +51,21 @@ def _response_outputs(
     if packed:
         return packed_response_outputs(module, micro, causal_lm)
     response_length = micro["responses"].shape[1]
-    out = module(
-        input_ids=micro["input_ids"],
-        attention_mask=micro["attention_mask"],
-        position_ids=micro["position_ids"],
-        use_cache=False,
-    )
-    return out.logits[:, -response_length - 1 : -1]
+    inputs = {k: micro[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    if causal_lm and takes_logits_to_keep(module):  # the LM head runs on the response's positions only
+        return module(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits[:, :-1]
+    return module(**inputs, use_cache=False).logits[:, -response_length - 1 : -1]
+
+
+def takes_logits_to_keep(module: nn.Module) -> bool:
+    """Whether the causal LM's forward takes ``logits_to_keep`` (transformers' models do, some remote code not)."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module  # peft
+    return _forward_takes(type(base), "logits_to_keep")
+
+
+@cache
+def _forward_takes(cls: type, name: str) -> bool:
+    return name in inspect.signature(cls.forward).parameters
 
 
 @dataclass(frozen=True)
