@@ -83,6 +83,7 @@ def test_merge_errors_name_what_is_missing(checkpoint, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_resume_on_another_rank_count_is_refused_with_a_way_out(checkpoint):
     root = checkpoint.parent.parent
     overrides = [

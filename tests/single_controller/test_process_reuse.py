@@ -60,6 +60,7 @@ def clean_start(ray_session):
     release_parked_workers()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("builtin_assets", "clean_start")
 def test_a_later_run_reuses_the_processes_and_gives_the_same_numbers(monkeypatch):
     fresh_pids, fresh = run("1", monkeypatch)
@@ -116,6 +117,7 @@ def test_a_process_left_unclean_is_killed_not_kept(monkeypatch, worker_cls):
     assert release_parked_workers() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("clean_start")
 def test_a_kept_process_that_died_is_replaced(monkeypatch):
     monkeypatch.setenv(REUSE_ENV, "1")

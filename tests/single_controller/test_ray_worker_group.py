@@ -82,6 +82,7 @@ def test_timeout_names_the_late_ranks(echo_group):
     time.sleep(3)  # let the sleeping call finish so later tests are not queued behind it
 
 
+@pytest.mark.slow
 def test_a_stuck_worker_s_time_out_shows_its_stack(ray_session):
     """A rank stuck in a pure-Python loop: the time-out error holds that rank's stack, naming the
     function it is stuck in (taken by a signal while the call still runs)."""
@@ -119,6 +120,7 @@ def test_colocated_roles_share_one_process_per_rank(ray_session):
         pool.release()
 
 
+@pytest.mark.slow
 def test_split_pools_use_distinct_bundles(ray_session):
     manager = ResourcePoolManager(
         {"train": [1], "rollout": [1]},

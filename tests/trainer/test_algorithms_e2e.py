@@ -31,9 +31,14 @@ LEARNED = {REPO / path for path in FAMILIES.values()} | {VLLM_LEARNED, LORA_SCRI
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
-@pytest.mark.parametrize(
-    "script", [s for s in SCRIPTS if s not in LEARNED], ids=lambda p: str(p.relative_to(REPO))
-)
+def _case(script):
+    """A script as a test case; one whose CPU line starts a vLLM engine is slow (left out of -m 'not slow')."""
+    _, overrides = script_command(script, "cpu")
+    slow = "actor_rollout_ref.rollout.name=vllm" in overrides
+    return pytest.param(script, marks=[pytest.mark.slow] if slow else [], id=str(script.relative_to(REPO)))
+
+
+@pytest.mark.parametrize("script", [_case(s) for s in SCRIPTS if s not in LEARNED])
 def test_script_trains_two_steps(script):
     entry, overrides = script_command(script, "cpu")
     name, config_dir = ENTRIES[entry]

@@ -49,6 +49,7 @@ def test_sample_staleness_by_hand():
     assert staleness.tolist() == [1, 2, 0] and span.tolist() == [1, 0, 0]
 
 
+@pytest.mark.slow
 def test_max_staleness_zero_equals_the_sync_trainer(ray_session, builtin_assets, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     common = [*RUN, "trainer.total_training_steps=4"]
@@ -150,6 +151,7 @@ def test_an_async_run_learns_the_default_task(ray_session, builtin_assets):
     assert after[key] >= before[key] + 0.15, (before[key], after[key])
 
 
+@pytest.mark.slow
 def test_resume_regenerates_in_flight_batches_deterministically(
     ray_session, builtin_assets, tmp_path, monkeypatch
 ):

@@ -45,22 +45,28 @@ VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 
 def start(workdir: Path, extra: list[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start main_ppo in ``workdir``; its output goes to a file there (``output_of``), not a pipe, so
+    runs side by side never block on a full pipe nobody reads yet."""
     workdir.mkdir(parents=True, exist_ok=True)
     pythonpath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
-    return subprocess.Popen(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *RUN, *extra],
-        cwd=workdir,
-        env={**os.environ, "PYTHONPATH": pythonpath, "RAY_ADDRESS": "", **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: SIGKILL takes Ray down with it
-    )
+    launch = len(list(workdir.glob("output-*.log")))
+    with open(workdir / f"output-{launch}.log", "w") as output:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "verl.trainer.main_ppo", *RUN, *extra],
+            cwd=workdir,
+            env={**os.environ, "PYTHONPATH": pythonpath, "RAY_ADDRESS": "", **(env or {})},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: SIGKILL takes Ray down with it
+        )
+    proc.output_path = output.name
+    return proc
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out
+    """Wait for the run; its exit code and output."""
+    proc.wait(timeout=timeout)
+    return proc.returncode, Path(proc.output_path).read_text()
 
 
 def metrics_file(workdir: Path) -> Path:
@@ -86,15 +92,7 @@ def logged_steps(workdir: Path) -> int:
 
 def kill_group(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[int, dict[str, float]]:
-    workdir = tmp_path_factory.mktemp("uninterrupted")
-    code, out = finish(start(workdir))
-    assert code == 0, out[-3000:]
-    return metric_stream(workdir)
+    proc.wait(timeout=60)
 
 
 def assert_same_stream(actual: dict, expected: dict) -> None:
@@ -103,33 +101,40 @@ def assert_same_stream(actual: dict, expected: dict) -> None:
         assert actual[step] == expected[step], f"step {step} differs"
 
 
-def test_sigkill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tmp_path, reference):
+def test_a_run_killed_at_a_random_step_or_while_saving_resumes_to_the_uninterrupted_stream(tmp_path):
+    """Three runs side by side (each its own process group and Ray cluster, so they only share the
+    CPU): the uninterrupted reference; one SIGKILLed after a random step; one SIGKILLed in the
+    middle of writing the step-4 checkpoint. Then both killed runs resume, side by side."""
+    reference, at_step, while_saving = tmp_path / "reference", tmp_path / "at_step", tmp_path / "while_saving"
+    runs = [start(reference), start(at_step), start(while_saving, env={"VERL_FAULT": "kill_during_save@4"})]
     kill_after = random.Random().randint(2, STEPS - 1)
-    proc = start(tmp_path)
     deadline = time.monotonic() + 240
-    while logged_steps(tmp_path) < kill_after and proc.poll() is None and time.monotonic() < deadline:
+    while logged_steps(at_step) < kill_after and runs[1].poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    kill_group(proc)
-    pointer = ckpt.read_pointer(str(tmp_path / "checkpoints" / "resume" / "run"))
-    assert pointer is not None and pointer <= STEPS - 1
-
-    code, out = finish(start(tmp_path))
+    assert runs[1].poll() is None, "the run ended before it could be killed"
+    kill_group(runs[1])
+    code, out = finish(runs[0])
     assert code == 0, out[-3000:]
-    assert "resumed from" in out and f"global_step_{pointer}" in out
-    assert_same_stream(metric_stream(tmp_path), reference)
-
-
-def test_sigkill_while_saving_resumes_from_the_previous_checkpoint(tmp_path, reference):
-    code, out = finish(start(tmp_path, env={"VERL_FAULT": "kill_during_save@4"}))
+    code, out = finish(runs[2])
     assert code == -signal.SIGKILL, out[-3000:]
-    root = tmp_path / "checkpoints" / "resume" / "run"
+
+    # killed at a step: the last committed checkpoint is before the end
+    pointer = ckpt.read_pointer(str(at_step / "checkpoints" / "resume" / "run"))
+    assert pointer is not None and pointer <= STEPS - 1
+    # killed while saving step 4: written, never committed; the pointer stays at step 2
+    root = while_saving / "checkpoints" / "resume" / "run"
     assert ckpt.read_pointer(str(root)) == 2
-    assert (root / "global_step_4" / "actor").is_dir()  # written, never committed
+    assert (root / "global_step_4" / "actor").is_dir()
     assert not (root / "global_step_4" / ckpt.DRIVER_FILE).exists()
 
-    code, out = finish(start(tmp_path))
-    assert code == 0, out[-3000:]
-    assert "global_step_2 (step 2)" in out
+    resumed = [start(at_step), start(while_saving)]
+    (code_at_step, out_at_step), (code_saving, out_saving) = [finish(proc) for proc in resumed]
+    assert code_at_step == 0, out_at_step[-3000:]
+    assert "resumed from" in out_at_step and f"global_step_{pointer}" in out_at_step
+    assert code_saving == 0, out_saving[-3000:]
+    assert "global_step_2 (step 2)" in out_saving
     assert ckpt.read_pointer(str(root)) == STEPS
-    assert_same_stream(metric_stream(tmp_path), reference)
+
+    expected = metric_stream(reference)
+    assert_same_stream(metric_stream(at_step), expected)
+    assert_same_stream(metric_stream(while_saving), expected)

@@ -57,6 +57,7 @@ def test_the_reward_model_scores_are_the_reward(tmp_path, monkeypatch):
     assert val and all(row["val-core/arith/reward/mean@1"] not in (0.0, 1.0) for row in val)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_a_custom_function_combines_the_model_score_on_its_own_pool(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -49,6 +49,7 @@ def test_sync_trainer_in_server_mode_replays_a_step_and_matches_the_trainers_log
     assert metrics["training/rollout_logprob_diff_max"] <= 1e-4  # decode vs teacher-forced, fp32
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_async_trainer_on_two_server_replicas_keeps_the_staleness_bound():
     """(Learning in server mode: tests/trainer/test_vllm_learning.py; in the async trainer:

@@ -46,6 +46,7 @@ def remove_placement_groups(pg_ids: set[str]) -> None:
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_failed_worker_setup_frees_its_placement_groups_for_the_restart_and_the_next_run(
     ray_session, builtin_assets, mode, monkeypatch

@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.single_controller.workers import EchoWorker
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.trainer.ppo.watchdog import StepWatchdog
 
 
+@pytest.mark.slow
 def test_a_stalled_loop_reports_the_stuck_worker_and_the_driver(ray_session):
     pool = RayResourcePool([1], use_gpu=False, name_prefix="stall", cpus_per_process=0.5)
     wg = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker), role="actor_rollout", call_timeout_s=600)

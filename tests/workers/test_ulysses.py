@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_two_ranks_splitting_each_sequence_equal_one_rank(tmp_path):
     report = tmp_path / "report.json"
     pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
@@ -41,6 +42,7 @@ def test_two_ranks_splitting_each_sequence_equal_one_rank(tmp_path):
         assert diffs["grads"] < 1e-5 * diffs["grad_scale"], (case, diffs)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_a_sequence_parallel_group_trains_as_the_data_parallel_ranks_do(tmp_path, monkeypatch):
     """PPO with a critic on 2 ranks, packed, as one sequence-parallel group (each rank holds half of

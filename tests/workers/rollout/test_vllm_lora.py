@@ -12,6 +12,8 @@ import pytest
 
 from tests.workers.rollout.test_vllm_server import VLLMServerHost, assert_switched_inside_the_sequence, call
 
+pytestmark = pytest.mark.slow  # a vLLM engine each: the full suite runs these, the inner loop not
+
 RANK = 8
 LORA_SCRIPT = (
     Path(__file__).resolve().parents[3] / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_grpo_lora.sh"

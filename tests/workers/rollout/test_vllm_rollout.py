@@ -14,6 +14,8 @@ from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+pytestmark = pytest.mark.slow  # a vLLM engine each: the full suite runs these, the inner loop not
+
 if os.environ.get("VERL_REQUIRE_VLLM") == "1":  # make test: a missing engine is a failure, not a skip
     import vllm  # noqa: F401
 else:

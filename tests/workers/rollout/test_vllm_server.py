@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a vLLM engine each: the full suite runs these, the inner loop not
+
 if os.environ.get("VERL_REQUIRE_VLLM") == "1":  # make test: a missing engine is a failure, not a skip
     import vllm  # noqa: F401
 else:

@@ -14,7 +14,10 @@ BACKENDS = [
     "hf",
     pytest.param(
         "vllm",
-        marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+        marks=[
+            pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+            pytest.mark.slow,
+        ],
     ),
 ]
 
