@@ -9,7 +9,8 @@ reference model in the loss (beta 0.04, the k3 estimator), one optimizer step pe
 lr 1e-6) on all 32 samples at once, fp32, no gradient checkpointing, 2 CPU threads. TRL runs in its
 own virtual environment (it is not a dependency of this project); both load the same converted model
 folder and the same prompts. Ours runs ``python -m verl.trainer.main_ppo`` with the settings a user
-would pick (prompts padded to ``data.max_prompt_length=256``, packed with ``use_remove_padding``).
+would pick (prompts padded to ``data.max_prompt_length=256``; not packed: on a CPU the packed path's
+attention mask grows with the square of the micro-batch's tokens).
 
 The runs go one after another, never sharing the CPU: ours with each rollout, then TRL. The first
 step of every run is a warm-up and is not counted. Prints the median step time of each, the ratio
@@ -146,7 +147,6 @@ def run_ours(model: str, data: Path, rollout: str, steps: int, workdir: Path) ->
         "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
         "actor_rollout_ref.actor.entropy_coeff=0",
         f"actor_rollout_ref.actor.optim.lr={LR}",
-        "actor_rollout_ref.model.use_remove_padding=True",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "trainer.n_gpus_per_node=1",
         f"trainer.cpus_per_worker={THREADS}",

@@ -101,3 +101,16 @@ def test_a_forward_without_logits_to_keep_runs_the_head_on_every_position():
         expected, _ = _every_position(inner, micro)
     assert seen == [PROMPT + RESPONSE, PROMPT + RESPONSE]
     torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-6)
+
+
+def test_columns_no_row_uses_are_not_run():
+    model, micro = _model(), _micro()
+    micro["attention_mask"][:, :3] = 0  # every prompt has at least 3 left pads
+    micro["position_ids"] = (micro["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    widths = []
+    model.model.embed_tokens.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
+    with torch.no_grad():
+        out = response_log_probs(model, micro, 1.0)
+        expected, _ = _every_position(model, micro)
+    assert widths == [PROMPT + RESPONSE - 3, PROMPT + RESPONSE]  # ours, then the reference's
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-6)

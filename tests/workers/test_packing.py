@@ -92,6 +92,25 @@ def test_packed_log_probs_entropies_and_gradients_equal_padded(temperature):
     assert torch.equal(again["log_probs"], padded["log_probs"])
 
 
+def test_cpu_packed_attention_runs_each_sequence_alone(monkeypatch):
+    """No call attends over the whole packed row (its mask would grow with the row's length squared):
+    every SDPA call covers one sequence, and together they cover each sequence once per layer."""
+    torch.manual_seed(0)
+    model = enable_packing(Qwen2ForCausalLM(_config()))
+    micro = _micro()
+    seen, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def recording(query, *args, **kwargs):
+        seen.append((query.shape[-2], kwargs.get("attn_mask") is None))
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    with torch.no_grad():
+        response_log_probs(model, micro, 1.0, packed=True)
+    lengths = micro["attention_mask"].sum(-1).tolist()
+    assert seen == [(length, True) for length in lengths] * model.config.num_hidden_layers
+
+
 def test_packed_values_equal_padded():
     torch.manual_seed(0)
     model = Qwen2ForTokenClassification(_config(num_labels=1)).eval()
@@ -309,9 +328,9 @@ def test_packed_bf16_on_cuda_runs_varlen_flash_attention_as_accurate_as_padded(m
         enable_packing(model)
 
         def no_fallback(*args):
-            raise AssertionError("packed bf16 attention on CUDA fell back to masked SDPA")
+            raise AssertionError("packed bf16 attention on CUDA fell back to per-sequence SDPA")
 
-        monkeypatch.setattr(packing, "_masked_sdpa", no_fallback)
+        monkeypatch.setattr(packing, "_per_sequence_sdpa", no_fallback)
         packed = response_log_probs(model, micro, 1.0, packed=True)["log_probs"]
     padded_err = (padded - exact)[real].abs().max().item()
     packed_err = (packed - exact)[real].abs().max().item()

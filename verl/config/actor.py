@@ -34,7 +34,7 @@ class ModelConfig:
     """verl: offload activations to CPU. No effect here (inert on every device)."""
     use_remove_padding: bool = False
     """Run the actor's and the reference's forward/backward on sequences packed without pads
-    (varlen flash attention on CUDA in bf16, a block-diagonal SDPA mask elsewhere); equal results."""
+    (varlen flash attention on CUDA in bf16, causal SDPA per sequence elsewhere); equal results."""
     use_liger: bool = False
     """verl: use Liger kernels. No effect here."""
     use_fused_kernels: bool = False

@@ -7,8 +7,8 @@ cumulative lengths ``cu_seqlens``. The model then spends no FLOPs on pads, and a
 
 Attention runs through :data:`PACKED_ATTENTION`, an implementation registered with transformers'
 attention interface: on CUDA with bf16/fp16 it calls torch's variable-length flash attention
-(no ``T x T`` mask, no work across sequences); elsewhere (CPU, fp32) it runs SDPA with a
-block-diagonal causal mask. A call without ``cu_seqlens`` (a padded batch, ``generate``) runs plain
+(no ``T x T`` mask, no work across sequences); elsewhere (CPU, fp32) it runs causal SDPA on each
+sequence in turn. A call without ``cu_seqlens`` (a padded batch, ``generate``) runs plain
 SDPA, so a module switched to it still serves every other caller unchanged.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -164,24 +165,28 @@ def _attend(query, key, value, cu_seqlens, max_seqlen: int, scaling) -> torch.Te
     if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and _varlen_attn() is not None:
         out = _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling)
     else:
-        out = _masked_sdpa(q, k, v, cu_seqlens, scaling)
+        out = _per_sequence_sdpa(q, k, v, cu_seqlens, scaling)
     return out[None]
 
 
-def _masked_sdpa(q, k, v, cu_seqlens, scaling):
-    """SDPA over the packed row with a block-diagonal causal mask."""
-    total = q.shape[0]
-    segment = torch.repeat_interleave(
-        torch.arange(len(cu_seqlens) - 1, device=q.device), (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    )
-    idx = torch.arange(total, device=q.device)
-    allowed = (segment[:, None] == segment[None, :]) & (idx[:, None] >= idx[None, :])
+def _per_sequence_sdpa(q, k, v, cu_seqlens, scaling):
+    """Causal SDPA on each sequence of the packed row in turn: memory and work grow with the square of
+    each sequence's length, not of the row's (a block-diagonal mask over the row would hold ``T x T``
+    entries per head and layer, gigabytes for a micro-batch of a few thousand tokens)."""
     groups = q.shape[1] // k.shape[1]
     k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scaling
-    )
-    return out.transpose(0, 1)
+    bounds = cu_seqlens.tolist()
+    outs = [
+        F.scaled_dot_product_attention(
+            q[a:b].transpose(0, 1),
+            k[a:b].transpose(0, 1),
+            v[a:b].transpose(0, 1),
+            is_causal=True,
+            scale=scaling,
+        ).transpose(0, 1)
+        for a, b in itertools.pairwise(bounds)
+    ]
+    return torch.cat(outs)
 
 
 def _flash_varlen(q, k, v, cu_seqlens, max_seqlen, scaling):

@@ -141,3 +141,22 @@ def test_sampling_params_follow_val_kwargs():
     assert (val.temperature, val.do_sample, val.validate) == (0.5, True, True)
     greedy = SamplingParams.resolve(config.actor_rollout_ref.rollout, {"temperature": 0})
     assert not greedy.do_sample and math.isclose(greedy.top_p, 1.0)
+
+
+def test_columns_of_padding_every_prompt_has_are_not_run(builtin_assets):
+    """Prompts padded wider than the longest one generate the same tokens and log-probs, and the model
+    never runs the columns no prompt uses (the layout of the output keeps the full width)."""
+    rollout, tokenizer = make_rollout(builtin_assets, response_length=5)
+    widths = []
+    rollout.module.model.embed_tokens.register_forward_hook(
+        lambda m, args, out: widths.append(args[0].shape[1])
+    )
+    narrow = rollout.generate_sequences(prompt_batch(tokenizer, PROMPTS, width=4))
+    rollout.generator.manual_seed(rollout.seed)
+    wide = rollout.generate_sequences(prompt_batch(tokenizer, PROMPTS, width=12))
+    assert wide.batch["input_ids"].shape == (6, 17)
+    assert torch.equal(wide.batch["responses"], narrow.batch["responses"])
+    torch.testing.assert_close(
+        wide.batch["rollout_log_probs"], narrow.batch["rollout_log_probs"], rtol=0, atol=1e-6
+    )
+    assert max(widths) == 4 + 5  # the log-prob recompute over prompt and response, 8 pad columns dropped

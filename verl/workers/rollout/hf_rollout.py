@@ -29,7 +29,12 @@ from transformers import DynamicCache
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
 from verl.workers.engine.micro_batch import split_micro_batches
-from verl.workers.forward import POLICY_INPUT_KEYS, response_log_probs, whole_sequence_batch
+from verl.workers.forward import (
+    POLICY_INPUT_KEYS,
+    drop_common_left_padding,
+    response_log_probs,
+    whole_sequence_batch,
+)
 from verl.workers.rollout.base import Rollout, response_tensors
 from verl.workers.rollout.sampling import SamplingParams, sample_tokens
 
@@ -124,7 +129,8 @@ class HFRollout(Rollout):
         prompt_mask = prompts.batch["attention_mask"].to(self.device)
         prompt_pos = prompts.batch["position_ids"].to(self.device)
         self._apply_pending()
-        decoded = self._decode(prompt_ids, prompt_mask, prompt_pos, params)
+        used = {"input_ids": prompt_ids, "attention_mask": prompt_mask, "position_ids": prompt_pos}
+        decoded = self._decode(*drop_common_left_padding(used), params)
         return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params)
 
     def _prefill(
