@@ -126,7 +126,9 @@ def prepare(workdir: Path) -> tuple[str, Path, list[dict]]:
     return model, files["train"], rows
 
 
-def run_ours(model: str, data: Path, rollout: str, steps: int, workdir: Path) -> list[dict]:
+def run_ours(
+    model: str, data: Path, rollout: str, steps: int, workdir: Path, extra: tuple[str, ...] = ()
+) -> list[dict]:
     overrides = [
         f"actor_rollout_ref.model.path={model}",
         f"data.train_files={data}",
@@ -157,6 +159,7 @@ def run_ours(model: str, data: Path, rollout: str, steps: int, workdir: Path) ->
         "trainer.logger=[file]",
         "trainer.project_name=vs_trl",
         f"trainer.experiment_name={rollout}",
+        *extra,
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": "", "RAY_worker_niceness": "0"}
     subprocess.run(
