@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
+from tests.workers.test_packing import _config
 from verl.workers.forward import EntropyOptions, response_log_probs, takes_logits_to_keep
 
 PROMPT, RESPONSE = 9, 5
@@ -14,16 +15,7 @@ PROMPT, RESPONSE = 9, 5
 
 def _model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    return Qwen2ForCausalLM(config).train()
+    return Qwen2ForCausalLM(_config()).train()
 
 
 def _micro() -> dict[str, torch.Tensor]:

@@ -51,10 +51,13 @@ def _response_outputs(
     if packed:
         return packed_response_outputs(module, micro, causal_lm)
     response_length = micro["responses"].shape[1]
-    inputs = dict(zip(("input_ids", "attention_mask", "position_ids"), drop_common_left_padding(micro)))
+    ids, mask, pos = drop_common_left_padding(
+        micro["input_ids"], micro["attention_mask"], micro["position_ids"]
+    )
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
     if causal_lm and takes_logits_to_keep(module):  # the LM head runs on the response's positions only
-        return module(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits[:, :-1]
-    return module(**inputs, use_cache=False).logits[:, -response_length - 1 : -1]
+        return module(**inputs, logits_to_keep=response_length + 1).logits[:, :-1]
+    return module(**inputs).logits[:, -response_length - 1 : -1]
 
 
 def takes_logits_to_keep(module: nn.Module) -> bool:
@@ -69,15 +72,13 @@ def _forward_takes(cls: type, name: str) -> bool:
 
 
 def drop_common_left_padding(
-    batch: dict[str, torch.Tensor],
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``input_ids``, ``attention_mask`` and ``position_ids`` without the leading columns that are
-    padding in every row. Prompts are left-padded to ``data.max_prompt_length``; a batch whose longest
+    """The three without the leading columns that are padding in every row. Prompts are left-padded to ``data.max_prompt_length``; a batch whose longest
     prompt is shorter need not run the model over the columns no row uses (the outputs of real tokens
     are the same: pads are masked out of attention, and positions count real tokens only)."""
-    mask = batch["attention_mask"]
-    start = int(mask.any(0).to(torch.int8).argmax())  # the first column some row uses
-    return tuple(batch[k][:, start:] for k in ("input_ids", "attention_mask", "position_ids"))
+    start = int(attention_mask.any(0).to(torch.int8).argmax())  # the first column some row uses
+    return input_ids[:, start:], attention_mask[:, start:], position_ids[:, start:]
 
 
 @dataclass(frozen=True)

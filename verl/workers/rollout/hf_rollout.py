@@ -129,8 +129,7 @@ class HFRollout(Rollout):
         prompt_mask = prompts.batch["attention_mask"].to(self.device)
         prompt_pos = prompts.batch["position_ids"].to(self.device)
         self._apply_pending()
-        used = {"input_ids": prompt_ids, "attention_mask": prompt_mask, "position_ids": prompt_pos}
-        decoded = self._decode(*drop_common_left_padding(used), params)
+        decoded = self._decode(*drop_common_left_padding(prompt_ids, prompt_mask, prompt_pos), params)
         return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params)
 
     def _prefill(
