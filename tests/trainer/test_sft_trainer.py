@@ -172,26 +172,39 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("builtin_assets")
-@pytest.mark.parametrize("weights", ["full", "lora"])
-def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets, weights, monkeypatch):
+@pytest.mark.parametrize("layout", ["lora", "sequence_parallel"])
+def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets, layout, monkeypatch):
     """verl's older entry point and spelling under torchrun (2 CPU ranks, FSDP2 over gloo) gives the
-    same losses as one process (this one), with all weights trained or LoRA adapters; the checkpoint
-    it writes exports to a model with the same val loss."""
+    same losses as one padded process (this one): LoRA adapters with each rank on half the rows, or
+    all weights with both ranks on the same packed rows, each sequence split between them (Ulysses).
+    The checkpoint it writes exports to a model with the same val loss."""
     run = ["trainer.total_training_steps=3", "trainer.save_freq=3", "data.val_max_samples=64"]
-    if weights == "lora":
+    two_only = []
+    if layout == "lora":
         run += ["model.lora_rank=8", "optim.lr=3e-3"]
+    else:
+        two_only = ["ulysses_sequence_parallel_size=2", "use_remove_padding=true"]  # fsdp_sft_trainer's keys
     (tmp_path / "one").mkdir()
     monkeypatch.chdir(tmp_path / "one")  # logs/ goes here
     run_sft(sft_config(tmp_path / "one", *run))
-    # the ranks start on an empty cache: rank 0 builds the built-in model (its warm-up trains alone,
-    # before the ranks join) and the chats; both equal the ones the run above used
     two, cache = tmp_path / "two", tmp_path / "cache"
     model = cache / "models" / "tiny-qwen2-arith"
-    args = sft_args(two, *run, f"model.partial_pretrain={model}", module="verl.trainer.fsdp_sft_trainer")
-    code, out = finish(start(two, args, env={"VERL_CACHE_DIR": str(cache)}, torchrun=2))
+    if layout == "lora":
+        # the ranks start on an empty cache: rank 0 builds the built-in model (its warm-up trains alone,
+        # before the ranks join) and the chats; both equal the ones the run above used
+        env = {"VERL_CACHE_DIR": str(cache)}
+    else:
+        env, model = {}, Path(builtin_assets["model"])
+    args = sft_args(
+        two, *run, *two_only, f"model.partial_pretrain={model}", module="verl.trainer.fsdp_sft_trainer"
+    )
+    code, out = finish(start(two, args, env=env, torchrun=2))
     assert code == 0, out[-3000:]
-    built = (model / "model.safetensors").read_bytes()
-    assert built == (Path(builtin_assets["model"]) / "model.safetensors").read_bytes()
+    if layout == "lora":
+        built = (model / "model.safetensors").read_bytes()
+        assert built == (Path(builtin_assets["model"]) / "model.safetensors").read_bytes()
+    else:
+        assert "converted ulysses_sequence_parallel_size -> engine.ulysses_sequence_parallel_size" in out
     one_stream, two_stream = metric_stream(tmp_path / "one"), metric_stream(two)
     assert sorted(one_stream) == sorted(two_stream) == [0, 1, 2, 3]
     for step in one_stream:

@@ -64,7 +64,8 @@ def test_pack_lays_sequences_back_to_back():
     assert [packed.position_ids[0, s].item() for s in starts] == [0] * len(PADDING)
     # the token after each response index is that response token
     real = _real(micro)
-    after = packed.input_ids[0, (packed.response_index + 1).clamp(max=packed.input_ids.shape[1] - 1)]
+    index = packed.response_index(RESPONSE)
+    after = packed.input_ids[0, (index + 1).clamp(max=packed.input_ids.shape[1] - 1)]
     assert torch.equal(after[real], micro["responses"][real])
 
 

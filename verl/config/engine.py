@@ -114,8 +114,10 @@ class FSDPConfig:
     use_orig_params: bool = False
     """FSDP1 option; no effect here (FSDP2 always trains the original parameters)."""
     ulysses_sequence_parallel_size: int = 1
-    """verl 0.9's engine spelling of the role's sequence parallel size; only 1 is supported yet (other
-    values are refused)."""
+    """The SFT trainer's sequence-parallel size (verl 0.9's engine spelling): each packed row split over
+    this many ranks, a group of them training on the same rows; needs model.use_remove_padding=True.
+    RL roles refuse it here: set actor_rollout_ref.actor.ulysses_sequence_parallel_size or
+    critic.ulysses_sequence_parallel_size."""
 
     def validate(self, path: str) -> None:
         if self.model_dtype is not None:

@@ -13,7 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from verl.config.base import check, check_choice
-from verl.config.sft_trainer import TRUNCATIONS, SFTTrainerConfig
+from verl.config.sft_trainer import SFT_INERT_KEYS, TRUNCATIONS, SFTTrainerConfig
 
 RM_SCHEMA_NAME = "rm_trainer_schema"
 
@@ -74,6 +74,18 @@ class RMDataConfig:
 class RMTrainerConfig(SFTTrainerConfig):
     data: RMDataConfig = field(default_factory=RMDataConfig)
     """Preference pairs, batch sizes and tokenization."""
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.engine.ulysses_sequence_parallel_size == 1,
+            "engine.ulysses_sequence_parallel_size",
+            "1 (the reward-model trainer runs its pairs padded, not as packed rows)",
+            self.engine.ulysses_sequence_parallel_size,
+        )
+
+    def inert_keys(self) -> tuple[str, ...]:
+        return (*SFT_INERT_KEYS, "model.use_remove_padding")  # pairs run padded
 
 
 ConfigStore.instance().store(name=RM_SCHEMA_NAME, node=RMTrainerConfig)

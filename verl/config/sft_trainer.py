@@ -229,16 +229,28 @@ class SFTTrainerConfig:
     """What a checkpoint holds and what resume restores."""
     trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
     """Loop length, devices, logging, checkpoints."""
+    ulysses_sequence_parallel_size: int | None = None
+    """fsdp_sft_trainer's spelling of engine.ulysses_sequence_parallel_size (converted onto it when set)."""
+    use_remove_padding: bool | None = None
+    """fsdp_sft_trainer's spelling of model.use_remove_padding (converted onto it when set)."""
 
     def validate(self) -> None:
         for section in fields(self):
-            getattr(self, section.name).validate(section.name)
+            value = getattr(self, section.name)
+            if hasattr(value, "validate"):
+                value.validate(section.name)
+        sp = self.engine.ulysses_sequence_parallel_size
+        check(sp >= 1, "engine.ulysses_sequence_parallel_size", "a positive number of ranks", sp)
         check(
-            self.engine.ulysses_sequence_parallel_size == 1,
+            sp == 1 or self.model.use_remove_padding,
             "engine.ulysses_sequence_parallel_size",
-            "1 (sequence parallelism is not implemented yet)",
-            self.engine.ulysses_sequence_parallel_size,
+            "1 unless model.use_remove_padding=True (sequences are split as packed rows)",
+            sp,
         )
+
+    def inert_keys(self) -> tuple[str, ...]:
+        """The keys of this trainer accepted for verl's scripts that have no effect here."""
+        return SFT_INERT_KEYS
 
 
 ConfigStore.instance().store(name=SFT_SCHEMA_NAME, node=SFTTrainerConfig)
@@ -253,6 +265,8 @@ SFT_ALIASES = {
     "optim.warmup_steps_ratio": "optim.lr_warmup_steps_ratio",
     "optim.lr_scheduler": "optim.lr_scheduler_type",
     "optim.warmup_style": "optim.lr_scheduler_type",
+    "ulysses_sequence_parallel_size": "engine.ulysses_sequence_parallel_size",
+    "use_remove_padding": "model.use_remove_padding",
 }
 
 
@@ -280,7 +294,6 @@ SFT_INERT_KEYS = (
     "trainer.nnodes",
     "trainer.n_gpus_per_node",
     "trainer.profile_interval",
-    "model.use_remove_padding",
     "model.enable_activation_offload",
     "model.use_liger",
     "model.use_fused_kernels",
@@ -299,7 +312,7 @@ SFT_INERT_KEYS = (
 def inert_key_notes(config: SFTTrainerConfig) -> list[str]:
     """One note per key of :data:`SFT_INERT_KEYS` set away from its default."""
     default = type(config)()
-    keys = [key for key in SFT_INERT_KEYS if is_schema_key(type(config), key)]
+    keys = [key for key in config.inert_keys() if is_schema_key(type(config), key)]
     if config.model.lora_rank == 0 and not config.model.lora_adapter_path:
         keys += ["model.lora_alpha", "model.target_modules", "model.exclude_modules"]  # LoRA is off
     return [

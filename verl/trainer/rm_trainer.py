@@ -62,6 +62,7 @@ def pair_scores(module: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tupl
 
 class RewardModelTrainer(SFTTrainer):
     name = "RM"
+    packs_sequences = False  # pairs run padded: model.use_remove_padding is noted as inert
 
     def __init__(self, config: RMTrainerConfig) -> None:
         self.val_accuracies: list[float] = []

@@ -54,9 +54,11 @@ from verl.utils.dataset.sft_dataset import create_sft_dataset, sft_collate
 from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokenizer_source, save_hf_files
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
+from verl.workers import ulysses
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
+from verl.workers.packing import enable_packing, outputs_at, pack
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,25 @@ def token_losses(
     return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
 
 
+def packed_token_losses(
+    module: torch.nn.Module, micro: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_losses` with the micro-batch packed into one row (``model.use_remove_padding``):
+    the LM head runs only where a trained token is predicted. The 1-D losses of those tokens (of
+    this rank's slice of the row under sequence parallelism) and a mask of ones."""
+    packed = pack(micro)
+    trained = (micro["loss_mask"][:, 1:] * micro["attention_mask"][:, 1:]).bool()
+    index = packed.packed_at[:, :-1][trained]  # the position predicting each trained token
+    labels = micro["input_ids"][:, 1:][trained]
+    if ulysses.active():
+        logits, mine = ulysses.local_outputs_at(module, packed, index, causal_lm=True)
+        labels = labels[mine]
+    else:
+        logits = outputs_at(module, packed, index, causal_lm=True)
+    losses = F.cross_entropy(logits.float(), labels, reduction="none")
+    return losses, torch.ones_like(losses)
+
+
 class SFTTrainer:
     def __init__(self, config: SFTTrainerConfig, distributed: bool = True) -> None:
         """``distributed=False``: this process trains alone, even under torchrun (the built-in
@@ -118,6 +139,13 @@ class SFTTrainer:
         joined = distributed and dist.is_initialized()
         self.rank = dist.get_rank() if joined else 0
         self.world_size = dist.get_world_size() if joined else 1
+        self.sp_size = config.engine.ulysses_sequence_parallel_size
+        self.sp_group = ulysses.build_groups(self.sp_size, "engine.ulysses_sequence_parallel_size")
+        self.dp_size = self.world_size // self.sp_size
+        """Data-parallel ranks: a sequence-parallel group of ranks trains on the same rows."""
+        self.dp_rank = self.rank // self.sp_size
+        packed = self.packs_sequences and config.model.use_remove_padding
+        self.token_losses = packed_token_losses if packed else token_losses
         self._convert_micro_batch_size()
         self._check_batch_size()
         _barrier()
@@ -148,6 +176,8 @@ class SFTTrainer:
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
         module = self.build_module()
+        if self.packs_sequences and model.use_remove_padding:
+            module = enable_packing(module)
         if uses_lora(model):
             module = apply_lora(module, model)
         self.engine = FSDPEngine(
@@ -170,6 +200,8 @@ class SFTTrainer:
     # ------------------------------------------------------------------ what is trained, on what
     name = "SFT"
     """Shown on the progress bar."""
+    packs_sequences = True
+    """Whether ``model.use_remove_padding`` (and with it sequence parallelism) applies to this trainer."""
 
     def build_dataset(self, files: Any, max_samples: int) -> Any:
         return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples)
@@ -195,21 +227,22 @@ class SFTTrainer:
     def _convert_micro_batch_size(self) -> None:
         data = self.config.data
         if data.micro_batch_size is not None:
-            data.micro_batch_size_per_gpu = max(1, data.micro_batch_size // self.world_size)
+            data.micro_batch_size_per_gpu = max(1, data.micro_batch_size // self.dp_size)
             logger.warning(
-                "config note: converted data.micro_batch_size=%d -> data.micro_batch_size_per_gpu=%d (%d ranks)",
+                "config note: converted data.micro_batch_size=%d -> data.micro_batch_size_per_gpu=%d "
+                "(%d data-parallel ranks)",
                 data.micro_batch_size,
                 data.micro_batch_size_per_gpu,
-                self.world_size,
+                self.dp_size,
             )
             data.micro_batch_size = None
 
     def _check_batch_size(self) -> None:
         size = self.config.data.train_batch_size
         check(
-            size % self.world_size == 0,
+            size % self.dp_size == 0,
             "data.train_batch_size",
-            f"a multiple of the {self.world_size} ranks (every rank takes an equal share)",
+            f"a multiple of the {self.dp_size} data-parallel ranks (every one takes an equal share)",
             size,
         )
 
@@ -263,32 +296,39 @@ class SFTTrainer:
             self.tracker.log(metrics, step=step)
 
     def _my_rows(self, rows: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:
-        """This rank's equal share of a batch: dealt by length (``trainer.balance_batch``) or in order."""
-        if self.world_size == 1:
+        """This data-parallel rank's equal share of a batch: dealt by length (``trainer.balance_batch``)
+        or in order. The ranks of a sequence-parallel group get the same rows."""
+        if self.dp_size == 1:
             return rows
         if self.config.trainer.balance_batch:
-            groups = equal_size_partitions([self.row_tokens(r) for r in rows], self.world_size)
-            return [rows[int(i)] for i in groups[self.rank]]
-        share = len(rows) // self.world_size
-        return rows[self.rank * share : (self.rank + 1) * share]
+            groups = equal_size_partitions([self.row_tokens(r) for r in rows], self.dp_size)
+            return [rows[int(i)] for i in groups[self.dp_rank]]
+        share = len(rows) // self.dp_size
+        return rows[self.dp_rank * share : (self.dp_rank + 1) * share]
 
     def train_step(self, rows: list[dict[str, list[int]]]) -> dict[str, float]:
         data = self.config.data
         batch = DataProto.from_dict(sft_collate(self._my_rows(rows), self.tokenizer.pad_token_id))
         (tokens,) = _all_reduce_sum([float(batch.batch["loss_mask"][:, 1:].sum())])
-        scale = self.world_size / max(
-            tokens, 1.0
-        )  # ranks' gradients are averaged: undo that, then the token mean
+        tokens /= self.sp_size  # a group's ranks hold the same rows
+        # ranks' gradients are averaged: undo that, then the token mean. Under sequence parallelism
+        # each rank's loss covers its own slice of the rows, so the sum over all ranks is the batch's.
+        scale = self.world_size / max(tokens, 1.0)
         micro_batches, _ = split_micro_batches(
-            batch, INPUT_KEYS, data.micro_batch_size_per_gpu, data.use_dynamic_bsz, data.max_token_len_per_gpu
+            batch,
+            INPUT_KEYS,
+            data.micro_batch_size_per_gpu,
+            data.use_dynamic_bsz,
+            data.max_token_len_per_gpu * self.sp_size,  # a rank runs 1/sp of each micro-batch's tokens
         )
 
         def loss_fn(module, micro):
-            losses, mask = token_losses(module, micro)
+            losses, mask = self.token_losses(module, micro)
             summed = (losses * mask).sum()
             return summed * scale, {"loss_sum": float(summed.detach())}
 
-        step = self.engine.train_step(micro_batches, loss_fn, [1.0] * len(micro_batches))
+        with ulysses.sequence_parallel(self.sp_group):
+            step = self.engine.train_step(micro_batches, loss_fn, [1.0] * len(micro_batches))
         lr = self.engine.current_lr()
         self.engine.lr_scheduler_step()
         loss_sum, skipped = _all_reduce_sum([step["loss_sum"], step["update_skipped"]])
@@ -303,8 +343,8 @@ class SFTTrainer:
     def validate(self) -> dict[str, float]:
         """``val/loss``: the mean cross-entropy over every assistant token of the validation set."""
         rows = list(range(len(self.val_data)))
-        share = -(-len(rows) // self.world_size)  # every rank runs as many forward passes (FSDP gathers)
-        mine = [self.val_data[i] for i in rows[self.rank * share : (self.rank + 1) * share]]
+        share = -(-len(rows) // self.dp_size)  # every rank runs as many forward passes (FSDP gathers)
+        mine = [self.val_data[i] for i in rows[self.dp_rank * share : (self.dp_rank + 1) * share]]
         mine += [{"input_ids": [self.tokenizer.pad_token_id], "loss_mask": [0]}] * (share - len(mine))
         size = self.config.data.micro_batch_size_per_gpu
         micro_batches = [
@@ -312,10 +352,11 @@ class SFTTrainer:
         ]
 
         def forward_fn(module, micro):
-            losses, mask = token_losses(module, micro)
+            losses, mask = self.token_losses(module, micro)
             return {"loss_sum": (losses * mask).sum(), "tokens": mask.sum()}
 
-        outputs = self.engine.infer(micro_batches, forward_fn)
+        with ulysses.sequence_parallel(self.sp_group):
+            outputs = self.engine.infer(micro_batches, forward_fn)
         loss_sum, tokens = _all_reduce_sum(
             [sum(float(o["loss_sum"]) for o in outputs), sum(float(o["tokens"]) for o in outputs)]
         )

@@ -40,9 +40,9 @@ class PackedBatch:
     """``[b + 1]`` int32: sequence ``i`` is ``[cu_seqlens[i], cu_seqlens[i + 1])``."""
     max_seqlen: int
     """The longest sequence's length."""
-    response_index: torch.Tensor
-    """``[b, R]``: the packed position whose output predicts each response token (a pad's entry points
-    at a real token of the same row, so its output is finite and masked later)."""
+    packed_at: torch.Tensor
+    """``[b, L]``: each padded position's place in the packed row (a pad's points at the real token
+    before it in the flattened batch, so an output read there is finite and masked later)."""
 
     def model_kwargs(self) -> dict:
         cu, longest = self.cu_seqlens, self.max_seqlen
@@ -56,9 +56,14 @@ class PackedBatch:
             "use_cache": False,
         }
 
+    def response_index(self, response_length: int) -> torch.Tensor:
+        """``[b, R]``: the packed position whose output predicts each of the last ``R`` tokens of a row."""
+        length = self.packed_at.shape[1]
+        return self.packed_at[:, length - response_length - 1 : length - 1].clamp(min=0)
+
 
 def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
-    """Pack a padded micro-batch (``input_ids``, ``attention_mask``, ``position_ids``, ``responses``)."""
+    """Pack a padded micro-batch (``input_ids``, ``attention_mask``, ``position_ids``)."""
     mask = micro["attention_mask"].bool()
     if micro["position_ids"].dim() != 2:
         raise ValueError(
@@ -73,30 +78,35 @@ def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
     real = torch.argsort((~flat).to(torch.int8), stable=True)[
         : int(host_lengths.sum())
     ]  # real tokens, in order
-    packed_at = flat.long().cumsum(0).view(mask.shape) - 1  # a pad maps to the real token before it
-    length, response_length = mask.shape[1], micro["responses"].shape[1]
     return PackedBatch(
         input_ids=micro["input_ids"].flatten()[real][None],
         position_ids=micro["position_ids"].flatten()[real][None],
         cu_seqlens=F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32),
         max_seqlen=int(host_lengths.max()),
-        response_index=packed_at[:, length - response_length - 1 : length - 1].clamp(min=0),
+        packed_at=flat.long().cumsum(0).view(mask.shape) - 1,
     )
+
+
+def outputs_at(module: nn.Module, packed: PackedBatch, index: torch.Tensor, causal_lm: bool) -> torch.Tensor:
+    """The model's outputs ``[*index.shape, C]`` at the packed positions ``index``, the whole row run
+    once; a ``causal_lm`` runs its LM head on those positions only (``logits_to_keep``). Under
+    :func:`verl.workers.ulysses.sequence_parallel` the row is split over the group and every rank
+    gets all of them."""
+    if ulysses.active():
+        return ulysses.outputs_at(module, packed, index, causal_lm)
+    if causal_lm:
+        out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
+        return out.logits[0].view(*index.shape, -1)
+    return module(**packed.model_kwargs()).logits[0][index]
 
 
 def packed_response_outputs(
     module: nn.Module, micro: dict[str, torch.Tensor], causal_lm: bool = False
 ) -> torch.Tensor:
     """The head's outputs ``[b, R, C]`` at the positions that predict each response token, computed on
-    the packed row; a ``causal_lm`` runs its LM head on those positions only (``logits_to_keep``)."""
+    the packed row."""
     packed = pack(micro)
-    if ulysses.active():
-        return ulysses.response_outputs(module, packed, causal_lm)
-    index = packed.response_index
-    if causal_lm:
-        out = module(**packed.model_kwargs(), logits_to_keep=index.flatten())
-        return out.logits[0].view(*index.shape, -1)
-    return module(**packed.model_kwargs()).logits[0][index]
+    return outputs_at(module, packed, packed.response_index(micro["responses"].shape[1]), causal_lm)
 
 
 def enable_packing(module: nn.Module) -> nn.Module:

@@ -13,7 +13,9 @@ The outputs at the response positions are gathered from the group, so every rank
 same loss; each rank's backward starts from the outputs it owns and the all-to-alls carry the
 gradients of the other ranks' tokens back to them. The group's gradient is the sum over its
 ranks, which the engine's mean over every rank would divide by the group size: the worker scales
-the group's loss by it (its metrics stay as they are).
+the group's loss by it (its metrics stay as they are). The SFT trainer's loss is a sum over
+tokens, so there each rank sums its own slice's instead (:func:`local_outputs_at`): the group's
+losses add up to the row's, and no full-vocabulary logits cross ranks.
 
 Needs ``use_remove_padding=True`` and query heads (and key/value heads, else they are repeated
 to the query heads first) divisible by ``N``.
@@ -147,9 +149,33 @@ class _GatherRows(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------- the forward
-def response_outputs(module, packed, causal_lm: bool) -> torch.Tensor:
-    """:func:`verl.workers.packing.packed_response_outputs` with the packed row split over the
-    active group: ``[b, R, C]`` on every rank of it."""
+def outputs_at(module, packed, index: torch.Tensor, causal_lm: bool) -> torch.Tensor:
+    """:func:`verl.workers.packing.outputs_at` with the packed row split over the active group:
+    ``[*index.shape, C]`` on every rank of it (each rank computes its slice's, then they gather)."""
+    flat = index.flatten()
+    outputs, _, share = _forward_share(module, packed, flat, causal_lm)
+    gathered = _GatherRows.apply(outputs, _ACTIVE.group)
+    # rank j's rows are the positions inside its slice, in their original order
+    owners = torch.div(flat, share, rounding_mode="floor")
+    order = torch.cat([torch.nonzero(owners == j).flatten() for j in range(_ACTIVE.size)])
+    result = gathered.new_zeros(len(flat), gathered.shape[-1]).index_copy(0, order, gathered)
+    return result.view(*index.shape, -1)
+
+
+def local_outputs_at(
+    module, packed, index: torch.Tensor, causal_lm: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outputs at the positions of the 1-D ``index`` that fall in this rank's slice of the row,
+    and the mask of those positions over ``index``. A loss summed over them on each rank sums to the
+    whole row's over the group, with no outputs gathered (an SFT loss over every token of a long
+    sequence would otherwise gather its full-vocabulary logits to every rank)."""
+    outputs, mine, _ = _forward_share(module, packed, index, causal_lm)
+    return outputs, mine
+
+
+def _forward_share(module, packed, index: torch.Tensor, causal_lm: bool):
+    """Run this rank's share of the packed row (padded to a multiple of the group's size); the
+    outputs at the positions of the 1-D ``index`` inside it, which of ``index`` they are, the share."""
     state = _ACTIVE
     size, rank = state.size, state.rank
     total = packed.input_ids.shape[1]
@@ -161,7 +187,6 @@ def response_outputs(module, packed, causal_lm: bool) -> torch.Tensor:
     if pad:  # the pad tokens form a sequence of their own, attended to by nothing else
         cu = torch.cat([cu, cu.new_tensor([total + pad])])
     state.cu_seqlens, state.max_seqlen = cu, max(packed.max_seqlen, pad)
-    index = packed.response_index.flatten()
     lo = rank * share
     mine = (index >= lo) & (index < lo + share)
     kwargs = {
@@ -178,12 +203,7 @@ def response_outputs(module, packed, causal_lm: bool) -> torch.Tensor:
         outputs = module(**kwargs, logits_to_keep=local).logits[0]
     else:
         outputs = module(**kwargs).logits[0][local]
-    gathered = _GatherRows.apply(outputs, state.group)
-    # rank j's rows are the response positions inside its slice, in their original order
-    owners = torch.div(index, share, rounding_mode="floor")
-    order = torch.cat([torch.nonzero(owners == j).flatten() for j in range(size)])
-    result = gathered.new_zeros(len(index), gathered.shape[-1]).index_copy(0, order, gathered)
-    return result.view(*packed.response_index.shape, -1)
+    return outputs, mine, share
 
 
 def attention(inner, query, key, value, scaling):
