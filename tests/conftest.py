@@ -17,7 +17,6 @@ os.environ.setdefault("VERL_REUSE_WORKER_PROCESSES", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _slow_modules_first(items)
     import torch
 
     if torch.cuda.is_available():
@@ -67,18 +66,3 @@ def builtin_assets() -> dict[str, str]:
     builtin.ensure_builtin_data(paths["train"], paths["val"])
     ensure_builtin_model(paths["model"])
     return paths
-
-
-def _slow_modules_first(items: list[pytest.Item]) -> None:
-    """Modules holding slow tests first, each module's tests together and in order: ``make test``
-    deals whole modules to two processes (pytest-xdist, ``--dist loadfile``), and a long module
-    dealt last would leave one process idle while the other finishes it."""
-
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0]
-
-    slow = {module(item) for item in items if item.get_closest_marker("slow") is not None}
-    order: dict[str, int] = {}
-    for item in items:
-        order.setdefault(module(item), len(order))
-    items.sort(key=lambda item: (module(item) not in slow, order[module(item)]))
