@@ -33,7 +33,9 @@ class VLLMServerHost:
         from verl.workers.rollout.server import RolloutServer
         from verl.workers.rollout.vllm_engine import VLLMStepEngine
 
-        torch.set_num_threads(1)
+        # two threads against OMP_NUM_THREADS=1 (the fixture's): the server's engine thread must run
+        # vLLM's CPU attention with the thread count the engine was built with, not the variable's
+        torch.set_num_threads(2)
         config = load_config(
             [
                 f"actor_rollout_ref.model.path={model_path}",
@@ -115,7 +117,11 @@ class VLLMServerHost:
 def host(ray_session, builtin_assets):
     import ray
 
-    actor = ray.remote(num_cpus=0)(VLLMServerHost).remote(builtin_assets["model"])
+    actor = (
+        ray.remote(num_cpus=0)(VLLMServerHost)
+        .options(runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+        .remote(builtin_assets["model"])
+    )
     yield actor
     ray.kill(actor)
 

@@ -114,6 +114,7 @@ class RolloutServer:
         self._steps_left: int | None = None
         self._closed = False
         self.finished = 0
+        self._threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._loop, name="rollout-server", daemon=True)
         self._thread.start()
 
@@ -198,6 +199,9 @@ class RolloutServer:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
+        # OpenMP's thread count is per thread, and a new one starts from OMP_NUM_THREADS: vLLM's CPU
+        # attention fails when it differs from the count the engine was built with (this thread's creator's)
+        torch.set_num_threads(self._threads)
         try:
             while self._next_round():
                 pass
