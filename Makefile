@@ -37,12 +37,12 @@ lint: $(STAMP)
 # Two test processes (pytest-xdist), each with its own Ray: one alone leaves about a third of two
 # cores idle (process start-ups, Ray round trips). Whole modules go to one process (--dist loadfile),
 # so a module's engines and worker groups are built once. PYTEST_WORKERS=0 runs in this process.
-# OMP_WAIT_POLICY=PASSIVE: torch's threads sleep instead of spinning while they wait for a core
-# (see tests/conftest.py).
+# tests/conftest.py sets OMP_WAIT_POLICY=PASSIVE: torch's threads sleep instead of spinning while
+# they wait for a core.
 PYTEST_WORKERS ?= 2
 
 test: lint $(TEST_STAMP)
-	VERL_REQUIRE_VLLM=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	VERL_REQUIRE_VLLM=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

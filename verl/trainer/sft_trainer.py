@@ -144,8 +144,9 @@ class SFTTrainer:
         self.dp_size = self.world_size // self.sp_size
         """Data-parallel ranks: a sequence-parallel group of ranks trains on the same rows."""
         self.dp_rank = self.rank // self.sp_size
-        packed = self.packs_sequences and config.model.use_remove_padding
-        self.token_losses = packed_token_losses if packed else token_losses
+        self.packed = self.packs_sequences and config.model.use_remove_padding
+        """Micro-batches run as packed rows (``model.use_remove_padding``)."""
+        self.token_losses = packed_token_losses if self.packed else token_losses
         self._convert_micro_batch_size()
         self._check_batch_size()
         _barrier()
@@ -176,7 +177,7 @@ class SFTTrainer:
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
         module = self.build_module()
-        if self.packs_sequences and model.use_remove_padding:
+        if self.packed:
             module = enable_packing(module)
         if uses_lora(model):
             module = apply_lora(module, model)
