@@ -2,11 +2,15 @@
 
     python3 -m venv /tmp/trl-venv && /tmp/trl-venv/bin/pip install -c constraints.txt trl
     python benchmarks/vs_trl.py --trl-python /tmp/trl-venv/bin/python [--steps 3] [--rollouts hf,vllm]
+        [--precision fp32|bf16]
 
 The case: 8 offline GSM-style prompts a step (reasoning-gym's ``gsm_symbolic``, about 107 tokens with
 SmolLM2's chat template) x 4 samples, at most 64 new tokens at temperature 1, a KL penalty to the
 reference model in the loss (beta 0.04, the k3 estimator), one optimizer step per batch (AdamW,
-lr 1e-6) on all 32 samples at once, fp32, no gradient checkpointing, 2 CPU threads. TRL runs in its
+lr 1e-6) on all 32 samples at once, fp32, no gradient checkpointing, 2 CPU threads. With
+``--precision bf16`` both sides compute in bf16 under CPU autocast, weights kept fp32: TRL with
+``bf16=True`` (accelerate wraps the model's forward, generation included, in autocast), ours with
+``mixed_precision.cpu_autocast=True`` on the actor and the reference (our rollout stays fp32). TRL runs in its
 own virtual environment (it is not a dependency of this project); both load the same converted model
 folder and the same prompts. Ours runs ``python -m verl.trainer.main_ppo`` with the settings a user
 would pick (prompts padded to ``data.max_prompt_length=256``; not packed: on a CPU the packed path's
@@ -34,6 +38,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS, SAMPLES, NEW_TOKENS, BETA, LR, THREADS = 8, 4, 64, 0.04, 1e-6, 2
 PHASES = ("timing_s/gen", "timing_s/ref", "timing_s/old_log_prob", "timing_s/update_actor")
+BF16 = tuple(
+    f"actor_rollout_ref.{role}.fsdp_config.mixed_precision.cpu_autocast=True" for role in ("actor", "ref")
+)
 
 TRL_SCRIPT = textwrap.dedent(
     """
@@ -82,7 +89,7 @@ TRL_SCRIPT = textwrap.dedent(
         max_steps=spec["steps"],
         gradient_checkpointing=False,
         use_cpu=True,
-        bf16=False,
+        bf16=spec["bf16"],
         logging_steps=1,
         report_to="none",
         save_strategy="no",
@@ -169,8 +176,11 @@ def run_ours(
     return [json.loads(line) for line in lines]
 
 
-def run_trl(python: str, model: str, rows: list[dict], steps: int, workdir: Path) -> list[float]:
+def run_trl(
+    python: str, model: str, rows: list[dict], steps: int, workdir: Path, bf16: bool = False
+) -> list[float]:
     spec = {
+        "bf16": bf16,
         "model": model,
         "rows": rows,
         "prompts": PROMPTS,
@@ -202,18 +212,21 @@ def main() -> None:
     parser.add_argument("--trl-python", required=True, help="the python of a virtual environment with trl")
     parser.add_argument("--steps", type=int, default=3, help="steps per run (the first is a warm-up)")
     parser.add_argument("--rollouts", default="hf,vllm", help="our rollouts to measure, comma-separated")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="both sides' compute")
     args = parser.parse_args()
+    bf16 = args.precision == "bf16"
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as root:
         workdir = Path(root)
         model, data, rows = prepare(workdir)
         ours = {}
         for rollout in args.rollouts.split(","):
-            metrics = run_ours(model, data, rollout, args.steps, workdir)[1:]
+            metrics = run_ours(model, data, rollout, args.steps, workdir, BF16 if bf16 else ())[1:]
             ours[rollout] = (
                 statistics.median(m["timing_s/step"] for m in metrics),
                 {p: statistics.median(m.get(p, 0.0) for m in metrics) for p in PHASES},
             )
-        trl = statistics.median(run_trl(args.trl_python, model, rows, args.steps, workdir)[1:])
+        trl = statistics.median(run_trl(args.trl_python, model, rows, args.steps, workdir, bf16)[1:])
+    print(f"compute in {args.precision}")
     print(f"TRL GRPOTrainer: {trl:.1f} s/step (median of {args.steps - 1})")
     for rollout, (step, phases) in ours.items():
         detail = ", ".join(f"{p.split('/')[1]} {t:.1f} s" for p, t in phases.items())

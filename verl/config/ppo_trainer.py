@@ -22,6 +22,7 @@ from verl.config.base import ConfigError, check
 from verl.config.compat import (
     check_known_keys,
     convert_verl_keys,
+    get_key,
     normalize_overrides,
     refuse_unsupported,
 )
@@ -323,8 +324,25 @@ _FSDP_SECTIONS = (
 GPU_ONLY_KEYS = (  # take effect on cuda only
     "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.offload_weights",
-    *(f"{section}.mixed_precision" for section in _FSDP_SECTIONS),  # CPU computes in the weights' dtype
+    *(
+        f"{section}.mixed_precision.{key}"
+        for section in _FSDP_SECTIONS
+        for key in ("reduce_dtype", "buffer_dtype")
+    ),
 )
+CPU_ONLY_KEYS = tuple(f"{section}.mixed_precision.cpu_autocast" for section in _FSDP_SECTIONS)
+
+
+def _cpu_dtype_keys(config: PPOTrainerConfig) -> list[str]:
+    """``mixed_precision.param_dtype`` of the sections that compute in the weights' dtype on CPU
+    (no ``cpu_autocast``)."""
+    return [
+        f"{section}.mixed_precision.param_dtype"
+        for section in _FSDP_SECTIONS
+        if not get_key(config, f"{section}.mixed_precision.cpu_autocast")
+    ]
+
+
 ENGINE_ONLY_KEYS = (  # read by vllm/sglang only
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.enforce_eager",
@@ -446,7 +464,9 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
     """Keys the user set (on the command line) that have no effect with this backend and device."""
     inert = set(ALWAYS_INERT_KEYS)
     if device == "cpu":
-        inert.update(GPU_ONLY_KEYS)
+        inert.update(GPU_ONLY_KEYS + tuple(_cpu_dtype_keys(config)))
+    else:
+        inert.update(CPU_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.name == "hf":
         inert.update(ENGINE_ONLY_KEYS)
     if config.actor_rollout_ref.rollout.name == "vllm":

@@ -116,8 +116,9 @@ class RolloutConfig:
     """After each weight sync, score a probe sequence with the rollout engine and the trainer and stop the
     run if they disagree (the engine is not running the trained weights)."""
     weight_sync_check_tol: float | None = None
-    """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when the engine runs in fp32 (CPU),
-    5e-2 in bf16/fp16 (GPU)."""
+    """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when both the engine and the
+    actor compute in fp32 (CPU by default), else 5e-2 (bf16/fp16: GPU, or CPU with
+    actor.fsdp_config.mixed_precision.cpu_autocast)."""
     free_cache_engine: bool = True
     """Free the KV cache between generations (vllm/sglang; the hf rollout keeps no cache between calls)."""
     offload_weights: bool = False

@@ -188,7 +188,7 @@ class ActorRolloutRefWorker(Worker):
         metrics: dict[str, float] = {"rollout/weight_sync_mb": sum(sent) / 1e6}
         self.version = version
         if expected is not None:
-            tol = cfg.weight_sync_check_tol or (1e-3 if self._rollout_fp32() else 5e-2)
+            tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else 5e-2)
             gap = verify_weight_sync(self.engine, probe, expected, tol, version)
             metrics["rollout/weight_sync_probe_gap"] = gap
         return metrics
@@ -200,8 +200,10 @@ class ActorRolloutRefWorker(Worker):
             return self.actor.adapter_tensors()
         return self.actor.full_state_dict()
 
-    def _rollout_fp32(self) -> bool:
-        return self.device.type != "cuda" or self.config.rollout.dtype == "float32"
+    def _probe_in_fp32(self) -> bool:
+        """Whether both sides of the weight-sync probe compute in fp32 (its tight tolerance)."""
+        rollout_fp32 = self.device.type != "cuda" or self.config.rollout.dtype == "float32"
+        return rollout_fp32 and self.actor.compute_dtype == torch.float32
 
     def _probe_ids(self) -> list[int]:
         """The probe of the weight-sync check: the first sequence of the last update (real text,

@@ -1,7 +1,8 @@
 """The torch training engine: plain torch on one CPU rank, FSDP2 (``fully_shard``) otherwise.
 
 * CPU: fp32 everywhere (unless ``fsdp_config.model_dtype`` says otherwise); several ranks shard
-  over gloo.
+  over gloo. ``mixed_precision.cpu_autocast`` computes forward and backward in
+  ``mixed_precision.param_dtype`` under ``torch.autocast`` (the weights stay as they are).
 * CUDA: fp32 master weights (or ``model_dtype``); compute, gradient reduction and buffers in
   ``fsdp_config.mixed_precision``'s dtypes (by default bf16, fp32, fp32, as in verl).
 
@@ -14,6 +15,7 @@ is an error that names the file and the previous step to resume from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -125,6 +127,18 @@ class FSDPEngine(TrainEngine):
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim) if optim is not None else None
         if optim is None:
             self.module.requires_grad_(False)
+        self.cpu_autocast = device.type == "cpu" and fsdp.mixed_precision.cpu_autocast
+        # what the forward's matrix products compute in (the weight-sync probe's tolerance reads it)
+        mixed = self.cpu_autocast or device.type == "cuda"
+        self.compute_dtype = (
+            torch_dtype(fsdp.mixed_precision.param_dtype) if mixed else dtype or torch.float32
+        )
+
+    def _autocast(self):
+        """``mixed_precision.cpu_autocast``: the forward under CPU autocast (backward follows its casts)."""
+        if self.cpu_autocast:
+            return torch.autocast("cpu", dtype=self.compute_dtype)
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ compute
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
@@ -132,7 +146,8 @@ class FSDPEngine(TrainEngine):
         outputs = []
         with torch.no_grad():
             for micro in micro_batches:
-                out = forward_fn(self.module, self._to_device(micro))
+                with self._autocast():
+                    out = forward_fn(self.module, self._to_device(micro))
                 outputs.append({k: v.detach().float().cpu() for k, v in out.items()})
         return outputs
 
@@ -145,7 +160,8 @@ class FSDPEngine(TrainEngine):
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         for micro, weight in zip(micro_batches, loss_weights):
-            loss, metrics = loss_fn(self.module, self._to_device(micro))
+            with self._autocast():
+                loss, metrics = loss_fn(self.module, self._to_device(micro))
             (loss * weight).backward()
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value) * weight
