@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.algorithms.advantages import compute_advantage
 from verl.config.base import ConfigError
 from verl.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import load_config
 from verl.workers.engine.fsdp import FSDPEngine
 
-from .test_packing import _batch, _start
+from .test_packing import _start, one_update
 
 A = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
 R = "actor_rollout_ref.ref.fsdp_config.mixed_precision"
@@ -119,11 +118,7 @@ def _policy_step(monkeypatch, builtin_assets, overrides: list[str]):
         "actor_rollout_ref",
     )
     try:
-        batch = _batch(worker.tokenizer, 0)
-        batch.union(worker.compute_log_prob(batch))
-        batch.union(worker.compute_ref_log_prob(batch))
-        compute_advantage(batch, config.algorithm)
-        metrics = worker.update_actor(batch).meta_info["metrics"]
+        batch, metrics = one_update(worker, config)
         sync = worker.update_weights(1)
         weights = {p.dtype for p in worker.actor.module.parameters()}
         return batch, metrics, sync, weights

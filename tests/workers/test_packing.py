@@ -239,15 +239,20 @@ def _actor_step(monkeypatch, builtin_assets, overrides):
         "actor_rollout_ref",
     )
     try:
-        batch = _batch(worker.tokenizer, 0)
-        batch.union(worker.compute_log_prob(batch))
-        batch.union(worker.compute_ref_log_prob(batch))
-        compute_advantage(batch, config.algorithm)
-        metrics = worker.update_actor(batch).meta_info["metrics"]
+        batch, metrics = one_update(worker, config)
         after = worker.compute_log_prob(batch).batch["old_log_probs"]
         return batch, metrics, after
     finally:
         torch.distributed.destroy_process_group()
+
+
+def one_update(worker, config) -> tuple[DataProto, dict[str, float]]:
+    """Old and reference log-probs of a fixed batch, advantages, one actor update: the batch, its metrics."""
+    batch = _batch(worker.tokenizer, 0)
+    batch.union(worker.compute_log_prob(batch))
+    batch.union(worker.compute_ref_log_prob(batch))
+    compute_advantage(batch, config.algorithm)
+    return batch, worker.update_actor(batch).meta_info["metrics"]
 
 
 def test_actor_step_packed_with_token_budgets_equals_padded(monkeypatch, builtin_assets):
