@@ -10,7 +10,8 @@ reference model in the loss (beta 0.04, the k3 estimator), one optimizer step pe
 lr 1e-6) on all 32 samples at once, fp32, no gradient checkpointing, 2 CPU threads. With
 ``--precision bf16`` both sides compute in bf16 under CPU autocast, weights kept fp32: TRL with
 ``bf16=True`` (accelerate wraps the model's forward, generation included, in autocast), ours with
-``mixed_precision.cpu_autocast=True`` on the actor and the reference (our rollout stays fp32). TRL runs in its
+``mixed_precision.cpu_autocast=True`` on the actor and the reference and ``rollout.use_dtype_on_cpu=True``
+(the rollout's weights in bf16). TRL runs in its
 own virtual environment (it is not a dependency of this project); both load the same converted model
 folder and the same prompts. Ours runs ``python -m verl.trainer.main_ppo`` with the settings a user
 would pick (prompts padded to ``data.max_prompt_length=256``; not packed: on a CPU the packed path's
@@ -38,8 +39,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS, SAMPLES, NEW_TOKENS, BETA, LR, THREADS = 8, 4, 64, 0.04, 1e-6, 2
 PHASES = ("timing_s/gen", "timing_s/ref", "timing_s/old_log_prob", "timing_s/update_actor")
-BF16 = tuple(
-    f"actor_rollout_ref.{role}.fsdp_config.mixed_precision.cpu_autocast=True" for role in ("actor", "ref")
+BF16 = (
+    *(f"actor_rollout_ref.{role}.fsdp_config.mixed_precision.cpu_autocast=True" for role in ("actor", "ref")),
+    "actor_rollout_ref.rollout.use_dtype_on_cpu=True",
 )
 
 TRL_SCRIPT = textwrap.dedent(

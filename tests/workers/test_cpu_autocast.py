@@ -12,7 +12,9 @@ from verl.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import load_config
 from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.rollout.base import engine_dtype
 
+from .rollout.test_hf_rollout import PROMPTS, prompt_batch
 from .test_packing import _start, one_update
 
 A = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
@@ -83,20 +85,37 @@ def test_cpu_autocast_needs_bf16():
         load_config([f"{A}.cpu_autocast=True", f"{A}.param_dtype=fp32"])
 
 
+ROLLOUT = "actor_rollout_ref.rollout"
+
+
+def _noted(device: str, overrides: list[str]) -> set[str]:
+    notes = log_config_notes(load_config(overrides), device, overrides)
+    return {o.split("=")[0] for o in overrides if any(o.split("=")[0] in note for note in notes)}
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_which_dtype_keys_take_effect_on_each_device(device):
-    overrides = [
+    chosen = [
         f"{A}.cpu_autocast=True",
         f"{A}.param_dtype=bf16",
         f"{A}.reduce_dtype=fp32",
         f"{R}.param_dtype=bf16",
+        f"{ROLLOUT}.use_dtype_on_cpu=True",
+        f"{ROLLOUT}.dtype=bfloat16",
     ]
-    notes = log_config_notes(load_config(overrides), device, overrides)
-    noted = {o.split("=")[0] for o in overrides if any(o.split("=")[0] in note for note in notes)}
-    if device == "cpu":  # the actor autocasts to its param_dtype; the reference computes in fp32
-        assert noted == {f"{A}.reduce_dtype", f"{R}.param_dtype"}
+    if device == "cpu":  # the actor autocasts to its param_dtype and the rollout runs in its dtype;
+        # the reference computes in fp32
+        assert _noted(device, chosen) == {f"{A}.reduce_dtype", f"{R}.param_dtype"}
+        assert _noted(device, [f"{ROLLOUT}.dtype=bfloat16"]) == {f"{ROLLOUT}.dtype"}
     else:
-        assert noted == {f"{A}.cpu_autocast"}
+        assert _noted(device, chosen) == {f"{A}.cpu_autocast", f"{ROLLOUT}.use_dtype_on_cpu"}
+
+
+def test_rollout_dtype_is_checked():
+    with pytest.raises(ConfigError, match=rf"{ROLLOUT}\.dtype: expected one of"):
+        load_config([f"{ROLLOUT}.dtype=bfloat61"])
+    rollout = load_config([f"{ROLLOUT}.dtype=bf16"]).actor_rollout_ref.rollout
+    assert (engine_dtype(rollout, "cuda"), engine_dtype(rollout, "cpu")) == ("bfloat16", "float32")
 
 
 # ---------------------------------------------------------------------------- through the worker
@@ -140,7 +159,7 @@ def test_the_policy_worker_autocasts_actor_and_reference(monkeypatch, builtin_as
     assert bf16_metrics["actor/grad_norm"] > 0
     # the probe: fp32 trainer and fp32 hf rollout agree exactly; a bf16 trainer within bf16's tolerance
     assert fp32_sync["rollout/weight_sync_probe_gap"] == 0.0
-    assert 0 < bf16_sync["rollout/weight_sync_probe_gap"] < 5e-2
+    assert 1e-4 < bf16_sync["rollout/weight_sync_probe_gap"] < 0.15
 
 
 @pytest.mark.usefixtures("builtin_assets")
@@ -161,3 +180,25 @@ def test_the_sft_trainer_autocasts_through_its_engine_key(tmp_path, monkeypatch)
     loss = next(key for key in fp32 if key.endswith("loss") and key.startswith("train"))
     assert bf16[loss] != fp32[loss]  # bf16 products round differently
     assert bf16[loss] == pytest.approx(fp32[loss], rel=2e-2)
+
+
+def test_the_hf_rollout_generates_in_rollout_dtype_with_use_dtype_on_cpu(monkeypatch, builtin_assets):
+    worker, config = _start(
+        monkeypatch,
+        [
+            f"actor_rollout_ref.model.path={builtin_assets['model']}",
+            "actor_rollout_ref.rollout.use_dtype_on_cpu=True",
+        ],
+        "actor_rollout_ref",
+    )
+    try:
+        assert {p.dtype for p in worker.rollout.module.parameters()} == {torch.bfloat16}
+        assert {p.dtype for p in worker.actor.module.parameters()} == {torch.float32}
+        prompts = prompt_batch(worker.tokenizer, PROMPTS)
+        out = worker.generate_sequences(prompts)
+        sync = worker.update_weights(1)  # fp32 weights copied into the bf16 copy, then probed
+    finally:
+        torch.distributed.destroy_process_group()
+    assert out.batch["responses"].shape == (len(prompts), config.actor_rollout_ref.rollout.response_length)
+    assert out.batch["response_mask"].sum() > 0
+    assert 1e-4 < sync["rollout/weight_sync_probe_gap"] < 0.15

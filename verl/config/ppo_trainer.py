@@ -322,7 +322,6 @@ _FSDP_SECTIONS = (
     "critic.model.fsdp_config",
 )
 GPU_ONLY_KEYS = (  # take effect on cuda only
-    "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.offload_weights",
     *(
         f"{section}.mixed_precision.{key}"
@@ -330,17 +329,23 @@ GPU_ONLY_KEYS = (  # take effect on cuda only
         for key in ("reduce_dtype", "buffer_dtype")
     ),
 )
-CPU_ONLY_KEYS = tuple(f"{section}.mixed_precision.cpu_autocast" for section in _FSDP_SECTIONS)
+CPU_ONLY_KEYS = (
+    *(f"{section}.mixed_precision.cpu_autocast" for section in _FSDP_SECTIONS),
+    "actor_rollout_ref.rollout.use_dtype_on_cpu",
+)
 
 
 def _cpu_dtype_keys(config: PPOTrainerConfig) -> list[str]:
-    """``mixed_precision.param_dtype`` of the sections that compute in the weights' dtype on CPU
-    (no ``cpu_autocast``)."""
-    return [
+    """The dtype keys CPU ignores here: ``mixed_precision.param_dtype`` of the sections without
+    ``cpu_autocast``, ``rollout.dtype`` without ``rollout.use_dtype_on_cpu``."""
+    keys = [
         f"{section}.mixed_precision.param_dtype"
         for section in _FSDP_SECTIONS
         if not get_key(config, f"{section}.mixed_precision.cpu_autocast")
     ]
+    if not config.actor_rollout_ref.rollout.use_dtype_on_cpu:
+        keys.append("actor_rollout_ref.rollout.dtype")
+    return keys
 
 
 ENGINE_ONLY_KEYS = (  # read by vllm/sglang only

@@ -10,6 +10,16 @@ from omegaconf import II
 from verl.config.base import check, check_choice
 
 ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
+ROLLOUT_DTYPES = {  # rollout.dtype's spellings -> torch's name
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
 
 
 @dataclass
@@ -103,7 +113,13 @@ class RolloutConfig:
     response_length: int = II("data.max_response_length")
     """Maximum generated tokens."""
     dtype: str = "bfloat16"
-    """Generation dtype on GPU; CPU always uses float32."""
+    """Generation dtype on GPU (the engine's weights and compute); CPU uses float32 unless
+    use_dtype_on_cpu."""
+    use_dtype_on_cpu: bool = False
+    """Not in verl. CPU: generate in ``dtype`` too (the hf rollout holds its weight copy in it, vllm
+    loads the model in it). Decoding reads every weight once per token, so bf16 halves what it reads.
+    Off by default: CPU generates in fp32, where the hf rollout's log-probs equal an fp32 trainer's
+    bit for bit. No effect on GPU."""
     gpu_memory_utilization: float = 0.5
     """Fraction of GPU memory for the inference engine's KV cache (vllm/sglang)."""
     ignore_eos: bool = False
@@ -117,8 +133,8 @@ class RolloutConfig:
     run if they disagree (the engine is not running the trained weights)."""
     weight_sync_check_tol: float | None = None
     """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when both the engine and the
-    actor compute in fp32 (CPU by default), else 5e-2 (bf16/fp16: GPU, or CPU with
-    actor.fsdp_config.mixed_precision.cpu_autocast)."""
+    actor compute in fp32 (CPU by default), else 0.15 (bf16/fp16 on either side: GPU, or CPU with
+    actor.fsdp_config.mixed_precision.cpu_autocast or rollout.use_dtype_on_cpu)."""
     free_cache_engine: bool = True
     """Free the KV cache between generations (vllm/sglang; the hf rollout keeps no cache between calls)."""
     offload_weights: bool = False
@@ -176,6 +192,7 @@ class RolloutConfig:
 
     def validate(self, path: str) -> None:
         check_choice(self.name, ROLLOUT_NAMES, f"{path}.name")
+        check_choice(self.dtype, ROLLOUT_DTYPES, f"{path}.dtype")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check(self.n >= 1, f"{path}.n", "at least 1", self.n)
         check(

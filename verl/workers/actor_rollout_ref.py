@@ -38,10 +38,23 @@ from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.packing import enable_packing
 from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
-from verl.workers.rollout import build_rollout, build_server, syncs_lora_adapter, verify_weight_sync
+from verl.workers.rollout import (
+    build_rollout,
+    build_server,
+    engine_dtype,
+    syncs_lora_adapter,
+    verify_weight_sync,
+)
 from verl.workers.rollout.staged import StagedWeights
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
+# bf16 on one side or both: SmolLM2-135M's log-probs of real text part by 0.04-0.07 on average between
+# fp32, autocast and pure-bf16 forwards; weights the sync failed to deliver part by whole nats
+LOW_PRECISION_PROBE_TOL = 0.15
+PROBE_TEXT = (  # the weight-sync probe before the first update gives it a sequence of its own
+    "Question: Tom has 12 apples and buys 7 more. How many apples does he have now? "
+    "Answer: 12 + 7 = 19. He has 19 apples."
+)
 ACTOR_LOSS_KEYS = [
     "old_log_probs",
     "advantages",
@@ -188,7 +201,7 @@ class ActorRolloutRefWorker(Worker):
         metrics: dict[str, float] = {"rollout/weight_sync_mb": sum(sent) / 1e6}
         self.version = version
         if expected is not None:
-            tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else 5e-2)
+            tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else LOW_PRECISION_PROBE_TOL)
             gap = verify_weight_sync(self.engine, probe, expected, tol, version)
             metrics["rollout/weight_sync_probe_gap"] = gap
         return metrics
@@ -202,16 +215,21 @@ class ActorRolloutRefWorker(Worker):
 
     def _probe_in_fp32(self) -> bool:
         """Whether both sides of the weight-sync probe compute in fp32 (its tight tolerance)."""
-        rollout_fp32 = self.device.type != "cuda" or self.config.rollout.dtype == "float32"
+        rollout_fp32 = engine_dtype(self.config.rollout, self.device.type) == "float32"
         return rollout_fp32 and self.actor.compute_dtype == torch.float32
 
     def _probe_ids(self) -> list[int]:
-        """The probe of the weight-sync check: the first sequence of the last update (real text,
-        so low-precision rounding stays small), else a fixed pseudo-random sequence."""
+        """The probe of the weight-sync check: the first sequence of the last update, else
+        :data:`PROBE_TEXT`, else (a tokenizer that makes less than two tokens of it) a fixed
+        pseudo-random sequence. Real text keeps bf16 rounding small: on random tokens a 135M model's
+        bf16 log-probs part from another bf16 engine's by more than on text."""
         cfg = self.config.rollout
         longest = min(64, (cfg.max_model_len or cfg.prompt_length + cfg.response_length) - 1)
         if getattr(self, "last_sequence", None):
             return self.last_sequence[:longest]
+        text = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:longest]
+        if len(text) >= 2:
+            return text
         vocab = self.actor.module.config.vocab_size
         return torch.randint(0, vocab, (longest,), generator=torch.Generator().manual_seed(0)).tolist()
 

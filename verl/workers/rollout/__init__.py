@@ -9,7 +9,7 @@ import torch
 from verl.config.rollout import RolloutConfig
 from verl.utils.model import eos_token_ids, load_causal_lm
 from verl.workers.engine.lora import peft_settings, uses_lora
-from verl.workers.rollout.base import Rollout, WeightSyncError, verify_weight_sync
+from verl.workers.rollout.base import Rollout, WeightSyncError, engine_dtype, verify_weight_sync
 
 
 def syncs_lora_adapter(config: RolloutConfig, model_config) -> bool:
@@ -27,7 +27,7 @@ def build_rollout(config: RolloutConfig, model_config, tokenizer, device: torch.
     if config.name == "hf":
         from verl.workers.rollout.hf_rollout import HFRollout
 
-        dtype = getattr(torch, config.dtype) if device.type == "cuda" else torch.float32
+        dtype = getattr(torch, engine_dtype(config, device.type))
         return HFRollout(load_causal_lm(model_config, dtype=dtype), config, pad, eos, device, seed)
     if config.name in ("vllm", "sglang"):
         if model_config.gguf_file:

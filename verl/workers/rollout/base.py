@@ -25,8 +25,15 @@ from collections.abc import Iterable
 
 import torch
 
+from verl.config.rollout import ROLLOUT_DTYPES, RolloutConfig
 from verl.protocol import DataProto
 from verl.utils.torch_functional import get_response_mask
+
+
+def engine_dtype(config: RolloutConfig, device_type: str) -> str:
+    """The torch name of the dtype the rollout engine holds and runs the weights in: ``rollout.dtype``
+    on GPU, and on CPU with ``rollout.use_dtype_on_cpu``; else float32."""
+    return ROLLOUT_DTYPES[config.dtype] if device_type == "cuda" or config.use_dtype_on_cpu else "float32"
 
 
 class Rollout(ABC):

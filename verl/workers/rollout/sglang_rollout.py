@@ -31,7 +31,7 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, assemble_responses
+from verl.workers.rollout.base import Rollout, assemble_responses, engine_dtype
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def engine_args(
     max_model_len = config.max_model_len or config.prompt_length + config.response_length
     args: dict[str, Any] = {
         "model_path": model_path,
-        "dtype": config.dtype,
+        "dtype": engine_dtype(config, "cuda"),  # CUDA only
         "tp_size": config.tensor_model_parallel_size,
         "mem_fraction_static": config.gpu_memory_utilization,
         "random_seed": seed,

@@ -41,7 +41,7 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, assemble_responses
+from verl.workers.rollout.base import Rollout, assemble_responses, engine_dtype
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 
 logger = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class VLLMRollout(Rollout):
         max_model_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
         args: dict[str, Any] = {
             "model": model_path,
-            "dtype": cfg.dtype if on_gpu else "float32",
+            "dtype": engine_dtype(cfg, self.device.type),
             "seed": self.seed,
             "trust_remote_code": trust_remote_code,
             "enforce_eager": cfg.enforce_eager,
@@ -163,7 +163,8 @@ class VLLMRollout(Rollout):
             args["enable_sleep_mode"] = cfg.free_cache_engine
         else:
             hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-            wanted = kv_cache_bytes_for(hf_config, cfg.max_num_seqs * max_model_len, 4)
+            dtype_bytes = getattr(torch, args["dtype"]).itemsize
+            wanted = kv_cache_bytes_for(hf_config, cfg.max_num_seqs * max_model_len, dtype_bytes)
             args["kv_cache_memory_bytes"] = min(max(wanted, CPU_KV_CACHE_MIN_BYTES), CPU_KV_CACHE_CAP_BYTES)
         args.update(cfg.engine_kwargs.get("vllm", {}) or {})
         return args
