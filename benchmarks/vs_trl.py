@@ -115,6 +115,7 @@ TRL_SCRIPT = textwrap.dedent(
 
 def prepare(workdir: Path) -> tuple[str, Path, list[dict]]:
     """The converted SmolLM2 folder, the prompts' parquet and the same prompts as TRL rows."""
+    sys.path.insert(0, str(REPO))  # run as a script: examples/ is importable from the repository root
     from examples.data_preprocess.gsm_symbolic import main as write_gsm_symbolic
     from verl.utils.smollm import prepare_smollm2
 
