@@ -19,6 +19,7 @@ from .test_packing import _start, one_update
 
 A = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
 R = "actor_rollout_ref.ref.fsdp_config.mixed_precision"
+RM = "reward_model.model.fsdp_config.mixed_precision"
 
 
 def _mlp() -> torch.nn.Module:
@@ -102,10 +103,13 @@ def test_which_dtype_keys_take_effect_on_each_device(device):
         f"{R}.param_dtype=bf16",
         f"{ROLLOUT}.use_dtype_on_cpu=True",
         f"{ROLLOUT}.dtype=bfloat16",
+        "reward_model.enable=True",
+        "data.return_raw_chat=True",
+        f"{RM}.reduce_dtype=fp32",
     ]
     if device == "cpu":  # the actor autocasts to its param_dtype and the rollout runs in its dtype;
         # the reference computes in fp32
-        assert _noted(device, chosen) == {f"{A}.reduce_dtype", f"{R}.param_dtype"}
+        assert _noted(device, chosen) == {f"{A}.reduce_dtype", f"{R}.param_dtype", f"{RM}.reduce_dtype"}
         assert _noted(device, [f"{ROLLOUT}.dtype=bfloat16"]) == {f"{ROLLOUT}.dtype"}
     else:
         assert _noted(device, chosen) == {f"{A}.cpu_autocast", f"{ROLLOUT}.use_dtype_on_cpu"}

@@ -320,6 +320,7 @@ _FSDP_SECTIONS = (
     "actor_rollout_ref.actor.fsdp_config",
     "actor_rollout_ref.ref.fsdp_config",
     "critic.model.fsdp_config",
+    "reward_model.model.fsdp_config",
 )
 GPU_ONLY_KEYS = (  # take effect on cuda only
     "actor_rollout_ref.rollout.offload_weights",
