@@ -8,18 +8,10 @@ from typing import Any
 from omegaconf import II
 
 from verl.config.base import check, check_choice
+from verl.config.engine import MODEL_DTYPES
 
 ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
-ROLLOUT_DTYPES = {  # rollout.dtype's spellings -> torch's name
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-}
+ROLLOUT_DTYPES = {**MODEL_DTYPES, "half": "float16", "float": "float32"}  # rollout.dtype -> torch's name
 
 
 @dataclass

@@ -51,7 +51,7 @@ ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout
 # bf16 on one side or both: SmolLM2-135M's log-probs of real text part by 0.04-0.07 on average between
 # fp32, autocast and pure-bf16 forwards; weights the sync failed to deliver part by whole nats
 LOW_PRECISION_PROBE_TOL = 0.15
-PROBE_TEXT = (  # the weight-sync probe before the first update gives it a sequence of its own
+PROBE_TEXT = (  # what the weight-sync probe scores before the first update
     "Question: Tom has 12 apples and buys 7 more. How many apples does he have now? "
     "Answer: 12 + 7 = 19. He has 19 apples."
 )
