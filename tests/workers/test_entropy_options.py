@@ -56,6 +56,31 @@ def test_entropy_checkpointing_keeps_only_the_logits_for_backward():
     assert checkpointed == _logits().numel() < plain
 
 
+def test_a_metric_only_entropy_keeps_nothing_for_backward_and_has_the_same_values():
+    """``entropy_coeff=0`` (the entropy is only reported): no full-vocabulary intermediate of it is
+    kept for a backward that never reaches it, whatever the chunking."""
+    for options in (EntropyOptions(metric_only=True), EntropyOptions(4, True, metric_only=True)):
+        assert _saved_elements(options) == 0
+        logits = _logits(True)
+        metric = response_entropy(logits, options)
+        assert not metric.requires_grad
+        torch.testing.assert_close(
+            metric, response_entropy(logits, EntropyOptions()).detach(), rtol=0, atol=1e-6
+        )
+    assert _saved_elements(EntropyOptions()) > 0  # what the key saves
+
+
+@pytest.mark.parametrize("coeff", [0.0, 0.01])
+def test_the_actor_trains_on_the_entropy_only_when_its_coefficient_is_not_zero(coeff):
+    from verl.config.ppo_trainer import load_config
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    config = load_config([f"actor_rollout_ref.actor.entropy_coeff={coeff}"]).actor_rollout_ref
+    worker = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)
+    worker.config = config
+    assert worker._entropy_options().metric_only == (coeff == 0)
+
+
 def test_response_log_probs_gives_entropy_only_when_asked():
     module = torch.nn.Module()
     vocab = 6

@@ -286,7 +286,9 @@ class ActorRolloutRefWorker(Worker):
     def _entropy_options(self) -> EntropyOptions:
         cfg = self.config.actor
         chunk = cfg.entropy_from_logits_chunk_size if cfg.entropy_from_logits_with_chunking else None
-        return EntropyOptions(chunk_size=chunk, checkpointing=cfg.entropy_checkpointing)
+        return EntropyOptions(
+            chunk_size=chunk, checkpointing=cfg.entropy_checkpointing, metric_only=cfg.entropy_coeff == 0
+        )
 
     def _log_probs(
         self,

@@ -89,6 +89,9 @@ class EntropyOptions:
     """Positions per chunk; None computes every position at once."""
     checkpointing: bool = False
     """Recompute the softmax in backward instead of keeping it for the gradient."""
+    metric_only: bool = False
+    """The entropy is reported, not trained on (``entropy_coeff=0``): computed outside autograd, so
+    none of its full-vocabulary intermediates is kept for a backward that never reaches them."""
 
 
 def response_entropy(logits: torch.Tensor, options: EntropyOptions) -> torch.Tensor:
@@ -96,6 +99,9 @@ def response_entropy(logits: torch.Tensor, options: EntropyOptions) -> torch.Ten
     fn = entropy_from_logits
     if options.chunk_size is not None:
         fn = partial(entropy_from_logits_chunked, chunk_size=options.chunk_size)
+    if options.metric_only:
+        with torch.no_grad():
+            return fn(logits)
     if options.checkpointing and torch.is_grad_enabled() and logits.requires_grad:
         return checkpoint(fn, logits, use_reentrant=False)
     return fn(logits)
