@@ -1,5 +1,6 @@
 """``actor.entropy_from_logits_with_chunking`` and ``actor.entropy_checkpointing`` change memory, not
-values: the chunked and the checkpointed entropy equal the plain one, and so do their gradients."""
+values: the chunked and the checkpointed entropy equal the plain one, and so do their gradients. So
+do the metric-only entropy (``entropy_coeff=0``) and the log-probs computed a few rows at a time."""
 
 from __future__ import annotations
 
@@ -124,3 +125,47 @@ def test_sum_pi_squared_is_the_temperature_scaled_distribution_s():
     expected = torch.softmax(table[ids[0, 1:4]] / temperature, dim=-1).pow(2).sum(-1).unsqueeze(0)
     torch.testing.assert_close(got, expected)
     assert bool(((got > 1 / vocab - 1e-6) & (got <= 1)).all())  # between uniform and one-hot
+
+
+@pytest.mark.parametrize(
+    "dtype, temperature", [(torch.float32, 1.0), (torch.float32, 0.6), (torch.bfloat16, 0.7)]
+)
+def test_log_probs_a_few_rows_at_a_time_equal_the_whole_batch_at_once_bit_for_bit(
+    monkeypatch, dtype, temperature
+):
+    from verl.utils.torch_functional import logprobs_from_logits
+    from verl.workers import forward
+
+    g = torch.Generator().manual_seed(3)
+    head = torch.randn(7, 5, 301, generator=g).to(dtype).requires_grad_()
+    labels = torch.randint(0, 301, (7, 5), generator=g)
+    monkeypatch.setattr(forward, "LOG_PROB_CHUNK_BYTES", 4 * 5 * 301 * 2)  # two rows a chunk: 4 chunks
+    chunked = forward.response_token_log_probs(head, labels, temperature)
+    whole = logprobs_from_logits(forward.scaled_logits(head, temperature), labels)
+    assert torch.equal(chunked, whole)
+    upstream = torch.randn(7, 5, generator=g)
+    (chunked_grad,) = torch.autograd.grad(chunked, head, upstream)
+    (whole_grad,) = torch.autograd.grad(whole, head, upstream)
+    assert torch.equal(chunked_grad, whole_grad)
+    with torch.no_grad():
+        assert torch.equal(forward.response_token_log_probs(head, labels, temperature), whole)
+
+    # autograd keeps the head's own outputs (views of them) and the labels: no fp32 logits or
+    # log-softmax of the whole batch wait for backward, as they do unchunked
+    def saved_storages(fn):
+        storages = []
+
+        def pack(t):
+            storages.append(t.untyped_storage().data_ptr())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn()
+        return set(storages)
+
+    own = {head.untyped_storage().data_ptr(), labels.untyped_storage().data_ptr()}
+    assert saved_storages(lambda: forward.response_token_log_probs(head, labels, temperature)) <= own
+    assert (
+        not saved_storages(lambda: logprobs_from_logits(forward.scaled_logits(head, temperature), labels))
+        <= own
+    )

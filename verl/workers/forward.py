@@ -36,12 +36,35 @@ def whole_sequence_batch(token_ids: list[int]) -> dict[str, torch.Tensor]:
     }
 
 
-def response_logits(
-    module: nn.Module, micro: dict[str, torch.Tensor], temperature: float, packed: bool = False
-) -> torch.Tensor:
-    """Logits ``[b, R, V]`` (fp32, divided by ``temperature``) that predict each response token."""
-    logits = _response_outputs(module, micro, packed, causal_lm=True).float()
+LOG_PROB_CHUNK_BYTES = 64 << 20
+"""fp32 logits of this many bytes at most are alive at once while log-probs are computed."""
+
+
+def scaled_logits(head: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The LM head's outputs in fp32, divided by ``temperature``: the distribution sampled from."""
+    logits = head.float()
     return logits / temperature if temperature not in (0, 1) else logits
+
+
+def _token_log_probs(head: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    return logprobs_from_logits(scaled_logits(head, temperature), labels)
+
+
+def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probs ``[b, R]`` of the response tokens from the head's outputs ``[b, R, V]``, a few rows
+    at a time: the fp32 logits and log-softmax of one chunk of rows exist at once, in forward and,
+    recomputed, in backward (the head's outputs are all autograd keeps). Rows are independent, so
+    the values and gradients are those of the whole batch at once, bit for bit."""
+    rows = max(1, LOG_PROB_CHUNK_BYTES // (4 * max(1, head[0].numel() if len(head) else 1)))
+    chunks = zip(head.split(rows), responses.split(rows))
+    if not (torch.is_grad_enabled() and head.requires_grad):
+        return torch.cat([_token_log_probs(h, r, temperature) for h, r in chunks])
+    return torch.cat(
+        [
+            checkpoint(_token_log_probs, h, r, temperature, use_reentrant=False, preserve_rng_state=False)
+            for h, r in chunks
+        ]
+    )
 
 
 def _response_outputs(
@@ -118,12 +141,14 @@ def response_log_probs(
     """``log_probs`` ``[b, R]`` of the response tokens; ``entropys`` when ``entropy`` is given;
     ``sum_pi_squared`` (``sum_v pi(v)^2`` of each position's distribution, what the optimal token
     baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads."""
-    logits = response_logits(module, micro, temperature, packed)
-    out = {"log_probs": logprobs_from_logits(logits, micro["responses"])}
-    if entropy is not None:
-        out["entropys"] = response_entropy(logits, entropy)
-    if sum_pi_squared:
-        out["sum_pi_squared"] = torch.softmax(logits, dim=-1).square().sum(-1)
+    head = _response_outputs(module, micro, packed, causal_lm=True)
+    out = {"log_probs": response_token_log_probs(head, micro["responses"], temperature)}
+    if entropy is not None or sum_pi_squared:
+        logits = scaled_logits(head, temperature)
+        if entropy is not None:
+            out["entropys"] = response_entropy(logits, entropy)
+        if sum_pi_squared:
+            out["sum_pi_squared"] = torch.softmax(logits, dim=-1).square().sum(-1)
     return out
 
 
