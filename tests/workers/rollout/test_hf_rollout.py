@@ -160,3 +160,20 @@ def test_columns_of_padding_every_prompt_has_are_not_run(builtin_assets):
         wide.batch["rollout_log_probs"], narrow.batch["rollout_log_probs"], rtol=0, atol=1e-6
     )
     assert max(widths) == 4 + 5  # the log-prob recompute over prompt and response, 8 pad columns dropped
+
+
+def test_the_prefill_runs_the_lm_head_on_the_last_position_only(builtin_assets):
+    """The prefill samples from the last prompt position: the LM head skips the others and gives
+    that position's logits as a forward over every position does (to the GEMM's rounding: a
+    one-row product may sum in another order)."""
+    rollout, tokenizer = make_rollout(builtin_assets, response_length=3)
+    batch = prompt_batch(tokenizer, PROMPTS, width=8).batch
+    ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    head_positions = []
+    rollout.module.lm_head.register_forward_hook(lambda m, args, out: head_positions.append(out.shape[1]))
+    logits, _ = rollout._prefill(ids, mask, pos)
+    assert head_positions == [1]
+    with torch.no_grad():
+        full = rollout.module(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert head_positions[-1] == 8
+    torch.testing.assert_close(logits, full[:, -1].float(), rtol=0, atol=1e-5)

@@ -33,6 +33,7 @@ from verl.workers.forward import (
     POLICY_INPUT_KEYS,
     drop_common_left_padding,
     response_log_probs,
+    takes_logits_to_keep,
     whole_sequence_batch,
 )
 from verl.workers.rollout.base import Rollout, response_tensors
@@ -136,8 +137,20 @@ class HFRollout(Rollout):
         self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor
     ) -> tuple[torch.Tensor, DynamicCache]:
         cache = DynamicCache()
+        # only the last position's logits are sampled from: the LM head skips the others (a
+        # [rows, prompt, vocabulary] tensor otherwise) when the model's forward allows it. Given as
+        # an index, not as 1: the gathered hidden states are contiguous, whereas a strided slice can
+        # send the head's matmul to a batched product over a copy of the weight per row.
+        last = (
+            {"logits_to_keep": torch.tensor([ids.shape[1] - 1])} if takes_logits_to_keep(self.module) else {}
+        )
         out = self.module(
-            input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            **last,
         )
         return out.logits[:, -1].float(), cache
 
