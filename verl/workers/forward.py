@@ -55,7 +55,9 @@ def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temper
     at a time: the fp32 logits and log-softmax of one chunk of rows exist at once, in forward and,
     recomputed, in backward (the head's outputs are all autograd keeps). Rows are independent, so
     the values and gradients are those of the whole batch at once, bit for bit."""
-    rows = max(1, LOG_PROB_CHUNK_BYTES // (4 * max(1, head[0].numel() if len(head) else 1)))
+    rows = max(
+        1, LOG_PROB_CHUNK_BYTES * len(head) // max(1, 4 * head.numel())
+    )  # rows of fp32 logits per chunk
     chunks = zip(head.split(rows), responses.split(rows))
     if not (torch.is_grad_enabled() and head.requires_grad):
         return torch.cat([_token_log_probs(h, r, temperature) for h, r in chunks])

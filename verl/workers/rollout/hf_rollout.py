@@ -142,7 +142,9 @@ class HFRollout(Rollout):
         # an index, not as 1: the gathered hidden states are contiguous, whereas a strided slice can
         # send the head's matmul to a batched product over a copy of the weight per row.
         last = (
-            {"logits_to_keep": torch.tensor([ids.shape[1] - 1])} if takes_logits_to_keep(self.module) else {}
+            {"logits_to_keep": torch.tensor([ids.shape[1] - 1], device=ids.device)}
+            if takes_logits_to_keep(self.module)
+            else {}
         )
         out = self.module(
             input_ids=ids,
