@@ -2,13 +2,18 @@
 
     python benchmarks/gpu_step.py [--layers 24 --hidden 896 --prompts 64 --n 4 --response-length 256]
                                   [--remove-padding] [--override key=value ...] [--profile]
+                                  [--no-generate] [--engine fsdp2|plain]
 
 Builds a randomly initialised Qwen2 model (default: the Qwen2.5-0.5B shape, ~0.49B parameters;
 nothing is downloaded), runs the real ``ActorRolloutRefWorker`` in this process (FSDP2 with
 bf16 compute for the actor, bf16 ``hf`` rollout with a KV cache) and times generate,
 log-prob and update. Baselines in the same process: ``model.generate`` of transformers
 (same model, dtype, batch and length) and a plain bf16 forward/backward/AdamW step on the
-same tokens. Prints tokens/s of each, the ratios, MFU and peak memory. Needs CUDA.
+same tokens. Prints tokens/s of each, the ratios, MFU and peak memory (of the whole step, of the
+update, and what stays allocated between steps: ``fsdp_config.param_offload`` and
+``optimizer_offload`` show there). ``--no-generate`` draws random full-length responses instead of
+generating (the update's cost does not depend on what was sampled); ``--engine plain`` runs a
+single GPU without FSDP2 (fp32 weights under CUDA autocast). Needs CUDA.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from verl.algorithms.advantages import compute_advantage
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.utils.builtin import build_char_tokenizer
+from verl.workers.rollout.base import response_tensors
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
@@ -116,11 +122,25 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
+def random_responses(prompts: DataProto, args: argparse.Namespace) -> DataProto:
+    """Full-length random responses in the rollout's layout (no EOS in them)."""
+    p = prompts.batch
+    g = torch.Generator().manual_seed(3)
+    responses = torch.randint(16, args.vocab, (len(prompts), args.response_length), generator=g)
+    tensors = response_tensors(
+        p["input_ids"], p["attention_mask"], p["position_ids"], responses, torch.zeros_like(responses), [-1]
+    )
+    return DataProto.from_dict(tensors)
+
+
 def framework_step(worker, config, args) -> dict[str, float]:
     batch = prompt_batch(args, worker.tokenizer.pad_token_id)
     prompts = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
     prompts.meta_info.update(global_steps=1, do_sample=True)
-    gen, t_gen = timed(lambda: worker.generate_sequences(prompts))
+    if args.no_generate:
+        gen, t_gen = random_responses(prompts, args), float("nan")
+    else:
+        gen, t_gen = timed(lambda: worker.generate_sequences(prompts))
     batch.union(gen)
     lp, t_lp = timed(lambda: worker.compute_log_prob(batch))
     batch.union(lp.select(batch_keys=["old_log_probs"]))
@@ -137,11 +157,14 @@ def framework_step(worker, config, args) -> dict[str, float]:
         print(
             prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=60)
         )
+    torch.cuda.reset_peak_memory_stats()
     _, t_upd = timed(lambda: worker.update_actor(batch))
     return {
         "gen_s": t_gen,
         "log_prob_s": t_lp,
         "update_s": t_upd,
+        "update_peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "resident_gib": torch.cuda.memory_allocated() / 2**30,
         "response_tokens": float(mask.sum()),
         "all_tokens": float(batch.batch["attention_mask"].sum()),
     }
@@ -196,6 +219,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--override", action="append", default=[], help="a config key=value (repeatable)")
     p.add_argument("--profile", action="store_true", help="print a torch profile of one actor update")
+    p.add_argument("--no-generate", action="store_true", help="random responses instead of generating")
+    p.add_argument(
+        "--engine",
+        choices=["fsdp2", "plain"],
+        default=None,
+        help="one GPU under FSDP2 or as a plain module under autocast (default: the engine's choice)",
+    )
     p.add_argument(
         "--remove-padding",
         action="store_true",
@@ -205,23 +235,31 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu_step.py needs a CUDA GPU")
 
+    if args.engine is not None:
+        from verl.workers.engine import fsdp
+
+        fsdp.SHARD_ONE_GPU = args.engine == "fsdp2"
     path = build_model_dir(args)
     worker, config = start_worker(path, args)
     n_params = sum(p.numel() for p in worker.actor.module.parameters())
     framework_step(worker, config, args)  # warm-up
     runs = [framework_step(worker, config, args) for _ in range(args.steps)]
     fw = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
-    fw_mem = torch.cuda.max_memory_allocated() / 2**30
+    sharded = worker.actor.sharded
     del worker
     torch.cuda.empty_cache()
 
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
-    tok = build_char_tokenizer()
-    # random weights rarely emit EOS, so both sides generate the full length
-    base_gen = baseline_generate(model, args, tok.pad_token_id, tok.eos_token_id)
-    base_gen = min(base_gen, baseline_generate(model, args, tok.pad_token_id, tok.eos_token_id))
+    if not args.no_generate:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+        tok = build_char_tokenizer()
+        # random weights rarely emit EOS, so both sides generate the full length
+        base_gen = baseline_generate(model, args, tok.pad_token_id, tok.eos_token_id)
+        base_gen = min(base_gen, baseline_generate(model, args, tok.pad_token_id, tok.eos_token_id))
+        del model
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().train()
     base_upd = baseline_update(model, args)
 
@@ -229,12 +267,19 @@ def main() -> None:
     peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
     rows = args.prompts * args.n
     train_flops = 6 * n_params * fw["all_tokens"]
-    print(f"device: {gpu}; model: {n_params / 1e6:.0f}M params; {rows} sequences")
+    base_mem = torch.cuda.max_memory_allocated() / 2**30
+    print(f"device: {gpu}; model: {n_params / 1e6:.0f}M params; {rows} sequences; engine: ", end="")
+    print("FSDP2" if sharded else "plain module under autocast")
     print(f"  prompt {args.prompt_length} + response {args.response_length} tokens")
-    print(f"generate     framework {fw['response_tokens'] / fw['gen_s']:9.0f} tok/s ({fw['gen_s']:.2f} s)")
-    base_tokens = rows * args.response_length
-    print(f"             hf.generate {base_tokens / base_gen:7.0f} tok/s ({base_gen:.2f} s)")
-    print(f"             ratio (framework time / baseline time, same tokens) {fw['gen_s'] / base_gen:.2f}")
+    if not args.no_generate:
+        print(
+            f"generate     framework {fw['response_tokens'] / fw['gen_s']:9.0f} tok/s ({fw['gen_s']:.2f} s)"
+        )
+        base_tokens = rows * args.response_length
+        print(f"             hf.generate {base_tokens / base_gen:7.0f} tok/s ({base_gen:.2f} s)")
+        print(
+            f"             ratio (framework time / baseline time, same tokens) {fw['gen_s'] / base_gen:.2f}"
+        )
     print(
         f"log_prob     framework {fw['all_tokens'] / fw['log_prob_s']:9.0f} tok/s ({fw['log_prob_s']:.2f} s)"
     )
@@ -245,7 +290,8 @@ def main() -> None:
     print(f"             ratio (framework time / baseline time) {fw['update_s'] / base_upd:.2f}")
     if peak:
         print(f"update MFU {train_flops / fw['update_s'] / (peak * 1e12):.3f} (peak bf16 {peak:.0f} TFLOP/s)")
-    print(f"peak memory (framework) {fw_mem:.1f} GiB")
+    print(f"peak memory: update {fw['update_peak_gib']:.1f} GiB (plain loop {base_mem:.1f} GiB)", end="")
+    print(f"; allocated between steps {fw['resident_gib']:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ class ModelConfig:
     """Run the actor's and the reference's forward/backward on sequences packed without pads
     (varlen flash attention on CUDA in bf16, causal SDPA per sequence elsewhere); equal results."""
     use_liger: bool = False
-    """verl: use Liger kernels. No effect here."""
+    """Liger's Triton kernels (RMSNorm, SwiGLU, RoPE) in the actor's and the reference's model, as in
+    verl; needs the liger-kernel package. GPU only (inert on CPU)."""
     use_fused_kernels: bool = False
     """verl: fused log-prob kernels. No effect here."""
     trust_remote_code: bool = False

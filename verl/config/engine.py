@@ -107,9 +107,10 @@ class FSDPConfig:
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     """Which submodules become their own FSDP unit."""
     param_offload: bool = False
-    """verl: keep parameters on CPU between uses. No effect here (inert on every device)."""
+    """Keep the weights (and gradients) in host memory between uses: loaded onto the GPU for each
+    forward pass, update or weight sync, moved back after it. GPU only (inert on CPU)."""
     optimizer_offload: bool = False
-    """verl: keep optimizer state on CPU between steps. No effect here (inert on every device)."""
+    """Keep the optimizer state in host memory between updates. GPU only (inert on CPU)."""
     offload_policy: bool = False
     """verl: FSDP2 CPUOffloadPolicy. No effect here (inert on every device)."""
     reshard_after_forward: bool = True

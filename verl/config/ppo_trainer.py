@@ -324,6 +324,8 @@ _FSDP_SECTIONS = (
 )
 GPU_ONLY_KEYS = (  # take effect on cuda only
     "actor_rollout_ref.rollout.offload_weights",
+    "actor_rollout_ref.model.use_liger",
+    *(f"{section}.{key}" for section in _FSDP_SECTIONS for key in ("param_offload", "optimizer_offload")),
     *(
         f"{section}.mixed_precision.{key}"
         for section in _FSDP_SECTIONS
@@ -379,8 +381,6 @@ VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has n
     "actor_rollout_ref.rollout.free_cache_engine",
 )
 _FSDP_INERT = (
-    "param_offload",
-    "optimizer_offload",
     "offload_policy",
     "fsdp_size",
     "forward_prefetch",
@@ -398,7 +398,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "data.video_key",
     "data.return_multi_modal_inputs",
     "actor_rollout_ref.model.enable_activation_offload",
-    "actor_rollout_ref.model.use_liger",
     "actor_rollout_ref.model.use_fused_kernels",
     "actor_rollout_ref.model.use_shm",
     "actor_rollout_ref.model.torch_dtype",

@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import hydra
@@ -184,7 +185,7 @@ class SFTTrainer:
         self.engine = FSDPEngine(
             module,
             self.device,
-            config.engine,
+            replace(config.engine, param_offload=False, optimizer_offload=False),  # inert for SFT
             optim=config.optim,
             grad_clip=config.optim.clip_grad,
             gradient_checkpointing=model.enable_gradient_checkpointing,

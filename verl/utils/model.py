@@ -194,6 +194,21 @@ def load_causal_lm(
     )
 
 
+def apply_liger(module: nn.Module, key: str) -> nn.Module:
+    """``use_liger``: liger-kernel's Triton kernels (RMSNorm, SwiGLU, RoPE) in place of the model's
+    own, as verl applies them. The forward stays the model's (no fused loss: the policy's log-probs
+    come from the LM head's outputs). GPU only: the kernels are Triton's."""
+    try:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    except ImportError as error:
+        raise ImportError(
+            f"{key}=True needs the liger-kernel package (pip install liger-kernel), which is not "
+            f"installed: {error}"
+        ) from error
+    _apply_liger_kernel_to_instance(model=module, fused_linear_cross_entropy=False)
+    return module
+
+
 def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
     """The critic: ``AutoModelForTokenClassification`` with one output (the value head)."""
     return _load_token_classifier(model_config, "critic.model.path", dtype)

@@ -25,6 +25,7 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import (
     TokenizerSource,
+    apply_liger,
     load_causal_lm,
     load_tokenizer_from,
     resolve_tokenizer_source,
@@ -151,6 +152,8 @@ class ActorRolloutRefWorker(Worker):
 
     def _load_policy(self):
         module = load_causal_lm(self.config.model)
+        if self.config.model.use_liger and self.device.type == "cuda":
+            apply_liger(module, "actor_rollout_ref.model.use_liger")
         return enable_packing(module) if self.config.model.use_remove_padding else module
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -207,7 +207,7 @@ def test_model_dtype_is_checked():
 # ---------------------------------------------------------------------------- inert keys
 def test_inert_keys_are_listed_on_every_device():
     overrides = [
-        "actor_rollout_ref.model.use_liger=True",
+        "actor_rollout_ref.model.use_fused_kernels=True",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
         "trainer.use_legacy_worker_impl=disable",
         "reward_model.rollout.gpu_memory_utilization=0.3",
@@ -217,6 +217,21 @@ def test_inert_keys_are_listed_on_every_device():
         (note,) = [n for n in log_config_notes(config, device, overrides) if "no effect" in n]
         for override in overrides:
             assert override.split("=")[0] in note
+
+
+def test_gpu_only_keys_are_listed_on_cpu_only():
+    overrides = [
+        "actor_rollout_ref.model.use_liger=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+        "critic.model.fsdp_config.optimizer_offload=True",
+    ]
+    config = load_config(overrides)
+    (note,) = [n for n in log_config_notes(config, "cpu", overrides) if "no effect" in n]
+    for override in overrides:
+        assert override.split("=")[0] in note
+    assert not [n for n in log_config_notes(config, "cuda", overrides) if "no effect" in n]
 
 
 # ---------------------------------------------------------------------------- --cfg job

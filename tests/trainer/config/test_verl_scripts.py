@@ -79,9 +79,11 @@ def test_ppo_script_legacy_reward_model_block():
         "reward_model.model.use_remove_padding",
         "reward_model.model.fsdp_config.param_offload",
         "reward_model.rollout.name",
-        "critic.model.fsdp_config.param_offload",
     ):
         assert key in inert
+    assert "critic.model.fsdp_config.param_offload" not in inert  # offloading works on a GPU
+    (on_cpu,) = [n for n in log_config_notes(config, "cpu", overrides) if "no effect" in n]
+    assert "critic.model.fsdp_config.param_offload" in on_cpu
 
 
 def test_scripts_pass_extra_arguments_last():

@@ -5,6 +5,8 @@
   ``mixed_precision.param_dtype`` under ``torch.autocast`` (the weights stay as they are).
 * CUDA: fp32 master weights (or ``model_dtype``); compute, gradient reduction and buffers in
   ``fsdp_config.mixed_precision``'s dtypes (by default bf16, fp32, fp32, as in verl).
+  ``fsdp_config.param_offload`` keeps the weights in host memory between calls (loaded for each
+  forward pass, update or weight sync), ``optimizer_offload`` the optimizer state between updates.
 
 Checkpoints use ``torch.distributed.checkpoint`` (DCP): every rank writes its shard. Resuming
 needs the same number of ranks: the driver refuses a checkpoint written by another count (the
@@ -99,6 +101,19 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+SHARD_ONE_GPU = True
+"""Whether a single CUDA rank runs under FSDP2 too (else: the plain module under CUDA autocast)."""
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str) -> None:
+    """The optimizer's state tensors (AdamW's moments) onto ``device``; scalars (AdamW's step count,
+    which it keeps on the CPU) stay where they are."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                state[key] = value.to(device)
+
+
 class FSDPEngine(TrainEngine):
     """Train or run one HF module. ``optim=None`` makes an inference-only engine (the reference)."""
 
@@ -115,7 +130,7 @@ class FSDPEngine(TrainEngine):
         self.lora = is_lora(module)
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.sharded = self.world_size > 1 or device.type == "cuda"
+        self.sharded = self.world_size > 1 or (device.type == "cuda" and SHARD_ONE_GPU)
         if gradient_checkpointing and optim is not None and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         dtype = torch_dtype(fsdp.model_dtype) if fsdp.model_dtype else None
@@ -127,24 +142,57 @@ class FSDPEngine(TrainEngine):
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim) if optim is not None else None
         if optim is None:
             self.module.requires_grad_(False)
-        self.cpu_autocast = device.type == "cpu" and fsdp.mixed_precision.cpu_autocast
+        # the forward under autocast: on CPU with mixed_precision.cpu_autocast, on an unsharded GPU
+        self.autocast = (device.type == "cpu" and fsdp.mixed_precision.cpu_autocast) or (
+            device.type == "cuda" and not self.sharded
+        )
         # what the forward's matrix products compute in (the weight-sync probe's tolerance reads it)
-        mixed = self.cpu_autocast or device.type == "cuda"
+        mixed = self.autocast or device.type == "cuda"
         self.compute_dtype = (
             torch_dtype(fsdp.mixed_precision.param_dtype) if mixed else dtype or torch.float32
         )
+        on_gpu = device.type == "cuda"
+        self.param_offload = fsdp.param_offload and on_gpu
+        self.optimizer_offload = fsdp.optimizer_offload and on_gpu and self.optimizer is not None
+        if self.param_offload:
+            self._offload_params()
 
     def _autocast(self):
-        """``mixed_precision.cpu_autocast``: the forward under CPU autocast (backward follows its casts)."""
-        if self.cpu_autocast:
-            return torch.autocast("cpu", dtype=self.compute_dtype)
+        """The forward under autocast in ``compute_dtype`` (backward follows its casts)."""
+        if self.autocast:
+            return torch.autocast(self.device.type, dtype=self.compute_dtype)
         return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ offload
+    def _offload_params(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)  # the next step starts from zero anyway
+        self.module.to("cpu")  # an FSDP2 module reshards first (a single rank may hold gathered weights)
+        torch.cuda.empty_cache()
+
+    @contextlib.contextmanager
+    def resident(self, optimizer: bool = False) -> Iterator[None]:
+        """``param_offload``: the weights on the device for this block, in host memory after it;
+        ``optimizer_offload`` (with ``optimizer``): the optimizer state likewise."""
+        if self.param_offload:
+            self.module.to(self.device)
+        if optimizer and self.optimizer_offload:
+            move_optimizer_state(self.optimizer, self.device)
+        try:
+            yield
+        finally:
+            if optimizer and self.optimizer_offload:
+                move_optimizer_state(self.optimizer, "cpu")
+            if self.param_offload:
+                self._offload_params()
+            elif optimizer and self.optimizer_offload:
+                torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ compute
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
         self.module.eval()
         outputs = []
-        with torch.no_grad():
+        with torch.no_grad(), self.resident():
             for micro in micro_batches:
                 with self._autocast():
                     out = forward_fn(self.module, self._to_device(micro))
@@ -157,6 +205,12 @@ class FSDPEngine(TrainEngine):
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (inference only)")
         self.module.train()
+        with self.resident(optimizer=True):
+            return self._train_step(micro_batches, loss_fn, loss_weights)
+
+    def _train_step(
+        self, micro_batches: list[MicroBatch], loss_fn: LossFn, loss_weights: list[float]
+    ) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         for micro, weight in zip(micro_batches, loss_weights):
@@ -189,15 +243,17 @@ class FSDPEngine(TrainEngine):
     # ------------------------------------------------------------------ weights
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
         """With LoRA: the base model's names, adapters folded into the weights (what engines load)."""
-        items = ((name, _local(tensor).detach()) for name, tensor in self.module.state_dict().items())
-        yield from merged_state_dict(items, lora_scaling(self.module)) if self.lora else items
+        with self.resident():
+            items = ((name, _local(tensor).detach()) for name, tensor in self.module.state_dict().items())
+            yield from merged_state_dict(items, lora_scaling(self.module)) if self.lora else items
 
     def adapter_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """LoRA: the adapters' full tensors under peft's saved names, gathered one at a time (the
         frozen base is never gathered); what an engine with LoRA support loads."""
-        for name, tensor in self.module.state_dict().items():
-            if is_trained(name):
-                yield from adapter_items([(name, _local(tensor).detach())]).items()
+        with self.resident():
+            for name, tensor in self.module.state_dict().items():
+                if is_trained(name):
+                    yield from adapter_items([(name, _local(tensor).detach())]).items()
 
     @property
     def hf_module(self) -> nn.Module:
