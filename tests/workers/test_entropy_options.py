@@ -169,3 +169,38 @@ def test_log_probs_a_few_rows_at_a_time_equal_the_whole_batch_at_once_bit_for_bi
         not saved_storages(lambda: logprobs_from_logits(forward.scaled_logits(head, temperature), labels))
         <= own
     )
+
+
+@pytest.mark.parametrize(
+    "grad, options", [(False, EntropyOptions()), (True, EntropyOptions(metric_only=True))]
+)
+def test_untrained_entropy_and_sum_pi_squared_a_few_rows_at_a_time_equal_the_whole_batch(
+    monkeypatch, grad, options
+):
+    """The entropy nobody trains on (log-prob passes, or a metric) and ``sum_pi_squared`` are
+    computed per chunk of rows, outside autograd: bit for bit the whole batch's values."""
+    from verl.workers import forward
+
+    g = torch.Generator().manual_seed(4)
+    table = torch.randn(301, 301, generator=g)
+    module = torch.nn.Module()
+    module.forward = lambda input_ids, **_: type("Out", (), {"logits": table[input_ids] * 1.0})()
+    ids = torch.randint(0, 301, (7, 9), generator=g)
+    micro = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "position_ids": ids,
+        "responses": ids[:, 4:],
+    }
+    head = table[ids[:, 3:8]]  # the logits that predict the five response tokens
+    monkeypatch.setattr(forward, "LOG_PROB_CHUNK_BYTES", 4 * 5 * 301 * 2)  # two rows a chunk: 4 chunks
+    chunks = []
+    real_scaled = forward.scaled_logits
+    monkeypatch.setattr(forward, "scaled_logits", lambda h, t: chunks.append(len(h)) or real_scaled(h, t))
+    with torch.set_grad_enabled(grad):
+        got = forward.response_log_probs(module, micro, 0.7, options, sum_pi_squared=True)
+    assert chunks == [2, 2, 2, 1] * 3  # the log-probs', the entropy's and sum_pi_squared's chunks
+    logits = real_scaled(head, 0.7)
+    assert torch.equal(got["entropys"], entropy_from_logits(logits))
+    assert torch.equal(got["sum_pi_squared"], torch.softmax(logits, dim=-1).square().sum(-1))
+    assert not got["entropys"].requires_grad and not got["sum_pi_squared"].requires_grad

@@ -50,14 +50,17 @@ def _token_log_probs(head: torch.Tensor, labels: torch.Tensor, temperature: floa
     return logprobs_from_logits(scaled_logits(head, temperature), labels)
 
 
+def _chunk_rows(head: torch.Tensor) -> int:
+    """Rows of the head's outputs whose fp32 logits take at most ``LOG_PROB_CHUNK_BYTES``."""
+    return max(1, LOG_PROB_CHUNK_BYTES * len(head) // max(1, 4 * head.numel()))
+
+
 def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probs ``[b, R]`` of the response tokens from the head's outputs ``[b, R, V]``, a few rows
     at a time: the fp32 logits and log-softmax of one chunk of rows exist at once, in forward and,
     recomputed, in backward (the head's outputs are all autograd keeps). Rows are independent, so
     the values and gradients are those of the whole batch at once, bit for bit."""
-    rows = max(
-        1, LOG_PROB_CHUNK_BYTES * len(head) // max(1, 4 * head.numel())
-    )  # rows of fp32 logits per chunk
+    rows = _chunk_rows(head)
     chunks = zip(head.split(rows), responses.split(rows))
     if not (torch.is_grad_enabled() and head.requires_grad):
         return torch.cat([_token_log_probs(h, r, temperature) for h, r in chunks])
@@ -145,13 +148,26 @@ def response_log_probs(
     baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads."""
     head = _response_outputs(module, micro, packed, causal_lm=True)
     out = {"log_probs": response_token_log_probs(head, micro["responses"], temperature)}
-    if entropy is not None or sum_pi_squared:
-        logits = scaled_logits(head, temperature)
-        if entropy is not None:
-            out["entropys"] = response_entropy(logits, entropy)
-        if sum_pi_squared:
-            out["sum_pi_squared"] = torch.softmax(logits, dim=-1).square().sum(-1)
+    trained = torch.is_grad_enabled() and head.requires_grad
+    if entropy is not None:
+        if trained and not entropy.metric_only:  # the loss takes its gradient
+            out["entropys"] = response_entropy(scaled_logits(head, temperature), entropy)
+        else:
+            out["entropys"] = _untrained(partial(response_entropy, options=entropy), head, temperature)
+    if sum_pi_squared:
+        out["sum_pi_squared"] = _untrained(_sum_pi_squared, head, temperature)
     return out
+
+
+def _sum_pi_squared(logits: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(logits, dim=-1).square().sum(-1)
+
+
+def _untrained(fn, head: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``fn`` of the fp32 scaled logits ``[b, R]``, outside autograd and a few rows at a time (as
+    :func:`response_token_log_probs`): same values, one chunk's fp32 logits alive at once."""
+    with torch.no_grad():
+        return torch.cat([fn(scaled_logits(h, temperature)) for h in head.split(_chunk_rows(head))])
 
 
 def response_values(module: nn.Module, micro: dict[str, torch.Tensor], packed: bool = False) -> torch.Tensor:
