@@ -35,15 +35,15 @@ def process_group():
     dist.destroy_process_group()
 
 
+VOCAB = 15  # the built-in tiny model's
+
+
 def _model(builtin_assets):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(builtin_assets["model"], dtype=torch.float32)
     assert model.config.vocab_size >= VOCAB
     return model
-
-
-VOCAB = 15  # the built-in tiny model's
 
 
 def _micro(seed: int) -> dict[str, torch.Tensor]:

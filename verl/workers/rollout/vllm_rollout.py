@@ -216,7 +216,7 @@ class VLLMRollout(Rollout):
         finally:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
-        quiet_weight_reload_logs()  # after the engine's start, which resets vLLM's loggers' levels
+        quiet_weight_reload_logs()
         return llm
 
     # ------------------------------------------------------------------ weights
