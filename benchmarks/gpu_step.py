@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_step.py [--layers 24 --hidden 896 --prompts 64 --n 4 --response-length 256]
                                   [--remove-padding] [--override key=value ...] [--profile]
-                                  [--no-generate] [--engine fsdp2|plain]
+                                  [--no-generate] [--engine fsdp2|plain] [--log-probs fused|eager]
 
 Builds a randomly initialised Qwen2 model (default: the Qwen2.5-0.5B shape, ~0.49B parameters;
 nothing is downloaded), runs the real ``ActorRolloutRefWorker`` in this process (FSDP2 with
@@ -13,7 +13,9 @@ same tokens. Prints tokens/s of each, the ratios, MFU and peak memory (of the wh
 update, and what stays allocated between steps: ``fsdp_config.param_offload`` and
 ``optimizer_offload`` show there). ``--no-generate`` draws random full-length responses instead of
 generating (the update's cost does not depend on what was sampled); ``--engine plain`` runs a
-single GPU without FSDP2 (fp32 weights under CUDA autocast). Needs CUDA.
+single GPU without FSDP2 (fp32 weights under CUDA autocast); ``--log-probs eager`` computes log-probs
+and entropy with torch ops a few rows at a time instead of the fused Triton kernels
+(:mod:`verl.utils.fused_log_probs`). Needs CUDA.
 """
 
 from __future__ import annotations
@@ -227,6 +229,12 @@ def main() -> None:
         help="one GPU under FSDP2 or as a plain module under autocast (default: the engine's choice)",
     )
     p.add_argument(
+        "--log-probs",
+        choices=["fused", "eager"],
+        default="fused",
+        help="log-probs and entropy by the fused Triton kernels or by torch ops (default: fused)",
+    )
+    p.add_argument(
         "--remove-padding",
         action="store_true",
         help="packed sequences (use_remove_padding) with token budgets of --micro full-length rows",
@@ -239,6 +247,9 @@ def main() -> None:
         from verl.workers.engine import fsdp
 
         fsdp.SHARD_ONE_GPU = args.engine == "fsdp2"
+    from verl.utils import fused_log_probs
+
+    fused_log_probs.FUSED_LOG_PROBS = args.log_probs == "fused"
     path = build_model_dir(args)
     worker, config = start_worker(path, args)
     n_params = sum(p.numel() for p in worker.actor.module.parameters())
@@ -269,7 +280,7 @@ def main() -> None:
     train_flops = 6 * n_params * fw["all_tokens"]
     base_mem = torch.cuda.max_memory_allocated() / 2**30
     print(f"device: {gpu}; model: {n_params / 1e6:.0f}M params; {rows} sequences; engine: ", end="")
-    print("FSDP2" if sharded else "plain module under autocast")
+    print(("FSDP2" if sharded else "plain module under autocast") + f"; log-probs: {args.log_probs}")
     print(f"  prompt {args.prompt_length} + response {args.response_length} tokens")
     if not args.no_generate:
         print(

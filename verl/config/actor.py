@@ -39,7 +39,9 @@ class ModelConfig:
     """Liger's Triton kernels (RMSNorm, SwiGLU, RoPE) in the actor's and the reference's model, as in
     verl; needs the liger-kernel package. GPU only (inert on CPU)."""
     use_fused_kernels: bool = False
-    """verl: fused log-prob kernels. No effect here."""
+    """verl: fused log-prob kernels. No effect here: on CUDA the log-probs and entropy always come
+    from this project's fused Triton kernel (verl.utils.fused_log_probs), as verl's default path uses
+    flash-attn's fused cross-entropy."""
     trust_remote_code: bool = False
     """Allow models that ship their own code."""
     use_shm: bool = False
@@ -127,11 +129,14 @@ class ActorConfig:
     """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
     model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
     entropy_from_logits_with_chunking: bool = False
-    """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory)."""
+    """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory).
+    CPU only: on CUDA the fused log-prob kernel computes the entropy in the same pass, with no
+    per-vocabulary intermediates to chunk."""
     entropy_from_logits_chunk_size: int = 2048
     """Positions per entropy chunk when entropy_from_logits_with_chunking is on."""
     entropy_checkpointing: bool = False
-    """Recompute the entropy's softmax in backward instead of keeping it (less memory with entropy_coeff != 0)."""
+    """Recompute the entropy's softmax in backward instead of keeping it (less memory with entropy_coeff != 0).
+    CPU only, as entropy_from_logits_with_chunking."""
     calculate_sum_pi_squared: bool = False
     """Also compute sum_v pi(v)^2 per response token in the old-log-prob pass (batch key sum_pi_squared; needed by the optimal-token-baseline estimators)."""
     data_loader_seed: int | None = None

@@ -335,6 +335,11 @@ GPU_ONLY_KEYS = (  # take effect on cuda only
 CPU_ONLY_KEYS = (
     *(f"{section}.mixed_precision.cpu_autocast" for section in _FSDP_SECTIONS),
     "actor_rollout_ref.rollout.use_dtype_on_cpu",
+    # memory knobs of the eager entropy; on CUDA the fused kernel (verl.utils.fused_log_probs) keeps
+    # no per-vocabulary intermediates to chunk or recompute
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+    "actor_rollout_ref.actor.entropy_from_logits_chunk_size",
+    "actor_rollout_ref.actor.entropy_checkpointing",
 )
 
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from verl.utils import fused_log_probs
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked, logprobs_from_logits
 from verl.workers.packing import packed_response_outputs
 
@@ -145,14 +146,21 @@ def response_log_probs(
 ) -> dict[str, torch.Tensor]:
     """``log_probs`` ``[b, R]`` of the response tokens; ``entropys`` when ``entropy`` is given;
     ``sum_pi_squared`` (``sum_v pi(v)^2`` of each position's distribution, what the optimal token
-    baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads."""
+    baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads. On CUDA the
+    log-probs and entropy come from one fused Triton pass (:mod:`verl.utils.fused_log_probs`; equal
+    within fp32 rounding), elsewhere from torch ops a few rows at a time."""
     head = _response_outputs(module, micro, packed, causal_lm=True)
-    out = {"log_probs": response_token_log_probs(head, micro["responses"], temperature)}
     trained = torch.is_grad_enabled() and head.requires_grad
-    if entropy is not None:
-        if trained and not entropy.metric_only:  # the loss takes its gradient
+    if fused_log_probs.available(head):  # CUDA: one Triton pass gives both, no fp32 copy of the head
+        log_probs, entropys = fused_log_probs.log_probs_and_entropy(head, micro["responses"], temperature)
+        out = {"log_probs": log_probs}
+        if entropy is not None:
+            out["entropys"] = entropys if trained and not entropy.metric_only else entropys.detach()
+    else:
+        out = {"log_probs": response_token_log_probs(head, micro["responses"], temperature)}
+        if entropy is not None and trained and not entropy.metric_only:  # the loss takes its gradient
             out["entropys"] = response_entropy(scaled_logits(head, temperature), entropy)
-        else:
+        elif entropy is not None:
             out["entropys"] = _untrained(partial(response_entropy, options=entropy), head, temperature)
     if sum_pi_squared:
         out["sum_pi_squared"] = _untrained(_sum_pi_squared, head, temperature)

@@ -219,19 +219,29 @@ def test_inert_keys_are_listed_on_every_device():
             assert override.split("=")[0] in note
 
 
-def test_gpu_only_keys_are_listed_on_cpu_only():
-    overrides = [
-        "actor_rollout_ref.model.use_liger=True",
-        "actor_rollout_ref.actor.fsdp_config.param_offload=True",
-        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
-        "actor_rollout_ref.ref.fsdp_config.param_offload=True",
-        "critic.model.fsdp_config.optimizer_offload=True",
-    ]
+GPU_ONLY = [
+    "actor_rollout_ref.model.use_liger=True",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    "critic.model.fsdp_config.optimizer_offload=True",
+]
+CPU_ONLY = [  # on CUDA the fused log-prob kernel computes the entropy: nothing to chunk or recompute
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True",
+    "actor_rollout_ref.actor.entropy_from_logits_chunk_size=512",
+    "actor_rollout_ref.actor.entropy_checkpointing=True",
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, inert_on, effective_on", [(GPU_ONLY, "cpu", "cuda"), (CPU_ONLY, "cuda", "cpu")]
+)
+def test_device_only_keys_are_listed_on_the_other_device_only(overrides, inert_on, effective_on):
     config = load_config(overrides)
-    (note,) = [n for n in log_config_notes(config, "cpu", overrides) if "no effect" in n]
+    (note,) = [n for n in log_config_notes(config, inert_on, overrides) if "no effect" in n]
     for override in overrides:
         assert override.split("=")[0] in note
-    assert not [n for n in log_config_notes(config, "cuda", overrides) if "no effect" in n]
+    assert not [n for n in log_config_notes(config, effective_on, overrides) if "no effect" in n]
 
 
 # ---------------------------------------------------------------------------- --cfg job
