@@ -11,8 +11,19 @@ from verl.config.engine import OptimConfig
 
 
 def build_optimizer(params, config: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over ``params``. On CPU, torch's fused kernel: one pass over each tensor instead of a
+    dozen element-wise ops with their temporaries (0.07 s instead of 0.3 s a step for SmolLM2-135M
+    on 2 cores), with the same values to fp32 rounding (a few elements in a thousand differ in the
+    last bit); on CUDA torch's default (foreach), as verl."""
+    params = list(params)
+    on_cpu = bool(params) and all(p.device.type == "cpu" for p in params)
     return torch.optim.AdamW(
-        params, lr=config.lr, betas=tuple(config.betas), eps=config.eps, weight_decay=config.weight_decay
+        params,
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        fused=True if on_cpu else None,
     )
 
 
