@@ -64,7 +64,7 @@ def builtin_assets() -> dict[str, str]:
 
     cache = builtin.cache_dir()
     paths = {
-        "model": str(cache / "models" / "tiny-qwen2-arith"),
+        "model": str(builtin.builtin_model_dir()),
         "train": str(cache / "data" / "arith" / "train.parquet"),
         "val": str(cache / "data" / "arith" / "test.parquet"),
     }

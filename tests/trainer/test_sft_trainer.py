@@ -18,6 +18,7 @@ from verl.config.base import ConfigError
 from verl.config.sft_trainer import load_sft_config
 from verl.model_merger.fsdp import merge_fsdp_checkpoint
 from verl.trainer.sft_trainer import SFTTrainer, run_sft
+from verl.utils import builtin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUIET = ["trainer.logger=[file]", "trainer.project_name=sft", "trainer.experiment_name=run"]
@@ -188,7 +189,7 @@ def test_two_torchrun_ranks_equal_one_rank(tmp_path, builtin_assets, layout, mon
     monkeypatch.chdir(tmp_path / "one")  # logs/ goes here
     run_sft(sft_config(tmp_path / "one", *run))
     two, cache = tmp_path / "two", tmp_path / "cache"
-    model = cache / "models" / "tiny-qwen2-arith"
+    model = cache / "models" / builtin.BUILTIN_MODEL_NAME
     if layout == "lora":
         # the ranks start on an empty cache: rank 0 builds the built-in model (its warm-up trains alone,
         # before the ranks join) and the chats; both equal the ones the run above used

@@ -300,8 +300,11 @@ def test_critic_values_and_update_packed_equal_padded(monkeypatch, builtin_asset
     packed = step(["critic.model.use_remove_padding=True"])
     assert torch.allclose(packed[0], padded[0], atol=1e-5)
     assert np.allclose(packed[1]["critic/vf_loss"], padded[1]["critic/vf_loss"], atol=1e-6)
-    assert torch.allclose(packed[2], padded[2], atol=1e-5)
-    assert not torch.allclose(padded[2], padded[0], atol=1e-4)
+    # Adam divides each gradient element by its own RMS: elements near zero, equal in both paths up to
+    # fp32 rounding, can step differently, so the values after the step agree within 1e-4 (measured
+    # 3e-5), against a move of up to about 1 made by the step itself
+    assert torch.allclose(packed[2], padded[2], atol=1e-4)
+    assert not torch.allclose(padded[2], padded[0], atol=1e-2)
 
 
 def _tokenizer(builtin_assets):

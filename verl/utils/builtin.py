@@ -25,7 +25,11 @@ import torch
 logger = logging.getLogger(__name__)
 
 CACHE_DIR_EXPR = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}"
-BUILTIN_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith"
+BUILTIN_MODEL_NAME = "tiny-qwen2-arith-v2"
+"""The built-in model's folder under the cache's ``models/``. The suffix changes whenever the warm-up's
+numbers do (v2: the engine's AdamW became torch's fused kernel on CPU), so a cache built by older
+code is not taken for the current model."""
+BUILTIN_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/{BUILTIN_MODEL_NAME}"
 BUILTIN_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/train.parquet"
 BUILTIN_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/test.parquet"
 BUILTIN_SFT_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_train.parquet"
@@ -46,7 +50,7 @@ def cache_dir() -> Path:
 
 
 def builtin_model_dir() -> Path:
-    return cache_dir() / "models" / "tiny-qwen2-arith"
+    return cache_dir() / "models" / BUILTIN_MODEL_NAME
 
 
 def builtin_data_dir() -> Path:
