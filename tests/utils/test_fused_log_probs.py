@@ -102,3 +102,42 @@ def test_response_log_probs_of_a_model_equal_the_eager_path(builtin_assets, monk
     torch.testing.assert_close(ent, ent_ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_sft_token_losses_equal_torchs_cross_entropy(monkeypatch, packed):
+    """The SFT trainer's per-token cross-entropy (padded and packed rows) and the model's gradients."""
+    from transformers import Qwen2ForCausalLM
+
+    from tests.workers.test_packing import _config
+    from verl.trainer.sft_trainer import packed_token_losses, token_losses
+    from verl.workers.packing import enable_packing
+
+    torch.manual_seed(0)
+    model = enable_packing(Qwen2ForCausalLM(_config())).to(DEVICE).train()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 300, (4, 10), generator=g)
+    mask = (torch.arange(10) < torch.tensor([[10], [6], [8], [2]])).long()  # right-padded chats
+    micro = {
+        "input_ids": ids * mask,
+        "attention_mask": mask,
+        "position_ids": torch.arange(10) * mask,
+        "loss_mask": mask * (torch.rand(mask.shape, generator=g) < 0.6).long(),  # assistant tokens
+    }
+    micro = {k: v.to(DEVICE) for k, v in micro.items()}
+    kernel, calls = fused_log_probs.log_probs_and_entropy, []
+    monkeypatch.setattr(fused_log_probs, "log_probs_and_entropy", lambda *a: calls.append(1) or kernel(*a))
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(fused_log_probs, "FUSED_LOG_PROBS", fused)
+        model.zero_grad(set_to_none=True)
+        losses, mask = (packed_token_losses if packed else token_losses)(model, micro)
+        (losses * mask).sum().backward()
+        results.append((losses.detach(), [p.grad.clone() for p in model.parameters()]))
+    (losses, grads), (losses_ref, grads_ref) = results
+    assert len(calls) == 1  # the fused pass ran the kernel, the other did not
+    assert losses.dtype == torch.float32 and losses.shape == losses_ref.shape
+    assert losses.min() > 0  # a cross-entropy, not a log-prob
+    torch.testing.assert_close(losses, losses_ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

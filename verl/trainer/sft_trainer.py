@@ -48,7 +48,7 @@ from verl.config.sft_trainer import SFTTrainerConfig, load_sft_config, to_typed_
 from verl.protocol import DataProto
 from verl.trainer.builtin_model import ensure_builtin_model
 from verl.trainer.ppo import checkpoint
-from verl.utils import builtin
+from verl.utils import builtin, fused_log_probs
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.dataset.dataloader import StatefulDataLoader
 from verl.utils.dataset.sft_dataset import create_sft_dataset, sft_collate
@@ -104,9 +104,7 @@ def token_losses(
     width = int(micro["attention_mask"].sum(-1).max())  # right-padded: drop columns of pads only
     ids, mask = micro["input_ids"][:, :width], micro["attention_mask"][:, :width]
     logits = module(input_ids=ids, attention_mask=mask, position_ids=micro["position_ids"][:, :width]).logits
-    rows, positions = ids[:, 1:].shape
-    flat = logits[:, :-1].float().reshape(rows * positions, -1)
-    losses = F.cross_entropy(flat, ids[:, 1:].reshape(-1), reduction="none").view(rows, positions)
+    losses = token_cross_entropy(logits[:, :-1], ids[:, 1:])
     return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
 
 
@@ -125,8 +123,18 @@ def packed_token_losses(
         labels = labels[mine]
     else:
         logits = outputs_at(module, packed, index, causal_lm=True)
-    losses = F.cross_entropy(logits.float(), labels, reduction="none")
+    losses = token_cross_entropy(logits, labels)
     return losses, torch.ones_like(losses)
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """fp32 cross-entropy of each label under ``logits`` (``[..., V]``), shaped like ``labels``. On
+    CUDA the fused log-prob kernel (:mod:`verl.utils.fused_log_probs`: one pass over the logits, no
+    fp32 copy of them; equal within fp32 rounding), elsewhere torch's cross-entropy on fp32 logits."""
+    if fused_log_probs.available(logits):
+        return -fused_log_probs.log_probs_and_entropy(logits, labels, 1.0)[0]
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat, labels.reshape(-1), reduction="none").view(labels.shape)
 
 
 class SFTTrainer:
