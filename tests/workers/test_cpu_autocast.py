@@ -144,14 +144,18 @@ def _policy_step(monkeypatch, builtin_assets, overrides: list[str]):
         batch, metrics = one_update(worker, config)
         sync = worker.update_weights(1)
         weights = {p.dtype for p in worker.actor.module.parameters()}
-        return batch, metrics, sync, weights
+        attention = {
+            worker.actor.module.config._attn_implementation,
+            worker.ref.module.config._attn_implementation,
+        }
+        return batch, metrics, sync, (weights, attention)
     finally:
         torch.distributed.destroy_process_group()
 
 
 def test_the_policy_worker_autocasts_actor_and_reference(monkeypatch, builtin_assets):
-    fp32, fp32_metrics, fp32_sync, _ = _policy_step(monkeypatch, builtin_assets, [])
-    bf16, bf16_metrics, bf16_sync, weights = _policy_step(
+    fp32, fp32_metrics, fp32_sync, (_, fp32_attention) = _policy_step(monkeypatch, builtin_assets, [])
+    bf16, bf16_metrics, bf16_sync, (weights, attention) = _policy_step(
         monkeypatch, builtin_assets, [f"{A}.cpu_autocast=True", f"{R}.cpu_autocast=True"]
     )
     real = fp32.batch["response_mask"].bool()
@@ -159,6 +163,7 @@ def test_the_policy_worker_autocasts_actor_and_reference(monkeypatch, builtin_as
         gap = (bf16.batch[key] - fp32.batch[key])[real].abs()
         assert 0 < gap.max() < 0.5 and gap.mean() < 0.05, key
     assert weights == {torch.float32}
+    assert fp32_attention == {"sdpa"} and attention == {"eager"}  # engine.fsdp.cpu_attention
     assert bf16_metrics["actor/pg_loss"] == pytest.approx(fp32_metrics["actor/pg_loss"], abs=0.05)
     assert bf16_metrics["actor/grad_norm"] > 0
     # the probe: fp32 trainer and fp32 hf rollout agree exactly; a bf16 trainer within bf16's tolerance

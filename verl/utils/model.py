@@ -154,23 +154,42 @@ def load_tokenizer_from(source: TokenizerSource):
     )
 
 
-def _hf_config(path: str, override: dict[str, Any], trust_remote_code: bool, gguf_file: str | None, key: str):
+def _hf_config(
+    path: str,
+    override: dict[str, Any],
+    trust_remote_code: bool,
+    gguf_file: str | None,
+    key: str,
+    attention: str | None = None,
+):
+    """The model's HF config with ``override_config`` applied. ``attn_implementation`` (there, or
+    else ``attention``) goes where transformers reads it: the config's private field, since a
+    plain attribute of that name is ignored."""
     from transformers import AutoConfig
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
     config = AutoConfig.from_pretrained(_path(path, "dir" if gguf_file else "model", key), **kwargs)
-    for key, value in override.items():
-        setattr(config, key, value)
+    for name, value in override.items():
+        if name != "attn_implementation":
+            setattr(config, name, value)
+    attention = override.get("attn_implementation", attention)
+    if attention is not None:
+        config._attn_implementation = attention
     return config
 
 
 def load_causal_lm(
-    model_config, dtype: torch.dtype = torch.float32, section: str = "actor_rollout_ref.model"
+    model_config,
+    dtype: torch.dtype = torch.float32,
+    section: str = "actor_rollout_ref.model",
+    attention: str | None = None,
 ) -> nn.Module:
     """The policy: ``AutoModelForCausalLM`` with ``model.override_config`` applied (``section``: the
-    config section ``model_config`` came from, named in errors)."""
+    config section ``model_config`` came from, named in errors; ``attention``: the attention
+    implementation unless ``override_config.attn_implementation`` names one, None for
+    transformers' default)."""
     from transformers import AutoModelForCausalLM
 
     _import_external(model_config.external_lib)
@@ -181,6 +200,7 @@ def load_causal_lm(
         model_config.trust_remote_code,
         model_config.gguf_file,
         key,
+        attention,
     )
     kwargs: dict[str, Any] = {
         "config": config,

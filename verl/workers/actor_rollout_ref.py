@@ -20,6 +20,7 @@ import torch
 
 from verl.algorithms.actor_loss import compute_actor_loss
 from verl.config.actor import ActorRolloutRefConfig
+from verl.config.engine import FSDPConfig
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
@@ -33,7 +34,7 @@ from verl.utils.model import (
 )
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.fsdp import FSDPEngine, cpu_attention
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
@@ -115,7 +116,7 @@ class ActorRolloutRefWorker(Worker):
         )
         if self.is_actor:
             actor_cfg = self.config.actor
-            module = self._load_policy()
+            module = self._load_policy(actor_cfg.fsdp_config)
             self.actor = FSDPEngine(
                 apply_lora(module, model_cfg) if use_lora else module,
                 self.device,
@@ -128,7 +129,8 @@ class ActorRolloutRefWorker(Worker):
                 (actor_cfg.data_loader_seed or 0) + self.rank // self.sp_size  # a group shuffles alike
             )
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
-            self.ref = FSDPEngine(self._load_policy(), self.device, self.config.ref.fsdp_config)
+            ref_fsdp = self.config.ref.fsdp_config
+            self.ref = FSDPEngine(self._load_policy(ref_fsdp), self.device, ref_fsdp)
         if self.is_rollout:
             self.rollout = build_rollout(
                 self.config.rollout,
@@ -150,8 +152,8 @@ class ActorRolloutRefWorker(Worker):
                     0
                 )  # the engine started with other weights (random, or the base without the adapter)
 
-    def _load_policy(self):
-        module = load_causal_lm(self.config.model)
+    def _load_policy(self, fsdp: FSDPConfig):
+        module = load_causal_lm(self.config.model, attention=cpu_attention(self.device, fsdp))
         if self.config.model.use_liger and self.device.type == "cuda":
             apply_liger(module, "actor_rollout_ref.model.use_liger")
         return enable_packing(module) if self.config.model.use_remove_padding else module
