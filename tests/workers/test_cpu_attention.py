@@ -4,6 +4,8 @@ transformers' eager attention, as accurate there as SDPA."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -43,10 +45,16 @@ def test_override_config_attn_implementation_takes_effect(model_dir):
     # the override wins over the engine's default
     sdpa = ModelConfig(path=model_dir, override_config={"attn_implementation": "sdpa"})
     assert load_causal_lm(sdpa, attention="eager").config._attn_implementation == "sdpa"
-    with pytest.raises(ValueError, match="no_such_attention"):
+    key = r"actor_rollout_ref\.model\.override_config\.attn_implementation="
+    with pytest.raises(ValueError, match=key + "'no_such_attention'"):
         load_causal_lm(
             ModelConfig(path=model_dir, override_config={"attn_implementation": "no_such_attention"})
         )
+    if importlib.util.find_spec("flash_attn") is None:  # a GPU kernel this machine lacks: named too
+        with pytest.raises(ImportError, match=key + "'flash_attention_2'"):
+            load_causal_lm(
+                ModelConfig(path=model_dir, override_config={"attn_implementation": "flash_attention_2"})
+            )
 
 
 def test_cpu_under_bf16_autocast_defaults_to_eager_attention_elsewhere_sdpa():
@@ -84,3 +92,23 @@ def test_eager_bf16_log_probs_are_as_accurate_as_sdpas(model_dir):
     eager_error = (log_probs("eager", bf16=True) - exact).abs().mean()
     assert sdpa_error > 0  # bf16 did round
     assert eager_error <= 1.5 * sdpa_error, (eager_error, sdpa_error)
+
+
+def test_the_critic_under_cpu_autocast_loads_eager_attention(monkeypatch, builtin_assets):
+    from tests.workers.test_packing import _batch, _start, _tokenizer
+
+    worker, _ = _start(
+        monkeypatch,
+        [
+            f"actor_rollout_ref.model.path={builtin_assets['model']}",
+            "algorithm.adv_estimator=gae",
+            "critic.model.fsdp_config.mixed_precision.cpu_autocast=True",
+        ],
+        "critic",
+    )
+    try:
+        assert worker.engine.module.config._attn_implementation == "eager"
+        values = worker.compute_values(_batch(_tokenizer(builtin_assets), 1)).batch["values"]
+        assert torch.isfinite(values).all() and values.abs().sum() > 0
+    finally:
+        torch.distributed.destroy_process_group()

@@ -57,11 +57,19 @@ def _path(path: str, need: str = "model", key: str = "actor_rollout_ref.model.pa
     return expanded
 
 
-def _from_pretrained(load: Any, path: str, **kwargs: Any) -> nn.Module:
-    """``load(path, **kwargs)``; a truncated safetensors file is reported by name (and step)."""
+def _from_pretrained(load: Any, path: str, key: str, override: dict[str, Any], **kwargs: Any) -> nn.Module:
+    """``load(path, **kwargs)``; a truncated safetensors file is reported by name (and step), and an
+    attention implementation transformers refuses by the ``override_config`` key that asked for it
+    (``key``: the model's ``...path`` key)."""
     try:
         return load(path, **kwargs)
     except Exception as error:
+        attention = override.get("attn_implementation")
+        about_attention = any(word in str(error).lower() for word in ("attn", "attention"))
+        if attention is not None and isinstance(error, (ImportError, ValueError)) and about_attention:
+            setting = f"{key.removesuffix('.path')}.override_config.attn_implementation={attention!r}"
+            kind = ImportError if isinstance(error, ImportError) else ValueError
+            raise kind(f"{setting}: {error}") from error
         broken = find_unreadable_safetensors(path) if os.path.isdir(path) else None
         if broken is None:
             raise
@@ -209,8 +217,9 @@ def load_causal_lm(
     }
     if model_config.gguf_file:
         kwargs["gguf_file"] = model_config.gguf_file
+    path = _path(model_config.path, "dir", key)
     return _from_pretrained(
-        AutoModelForCausalLM.from_pretrained, _path(model_config.path, "dir", key), **kwargs
+        AutoModelForCausalLM.from_pretrained, path, key, model_config.override_config, **kwargs
     )
 
 
@@ -229,9 +238,12 @@ def apply_liger(module: nn.Module, key: str) -> nn.Module:
     return module
 
 
-def load_value_model(model_config, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """The critic: ``AutoModelForTokenClassification`` with one output (the value head)."""
-    return _load_token_classifier(model_config, "critic.model.path", dtype)
+def load_value_model(
+    model_config, dtype: torch.dtype = torch.float32, attention: str | None = None
+) -> nn.Module:
+    """The critic: ``AutoModelForTokenClassification`` with one output (the value head); ``attention``
+    as in :func:`load_causal_lm`."""
+    return _load_token_classifier(model_config, "critic.model.path", dtype, attention=attention)
 
 
 def load_reward_model(
@@ -258,7 +270,11 @@ def load_reward_model(
 
 
 def _load_token_classifier(
-    model_config, key: str, dtype: torch.dtype, head_bias_from_checkpoint: bool = False
+    model_config,
+    key: str,
+    dtype: torch.dtype,
+    head_bias_from_checkpoint: bool = False,
+    attention: str | None = None,
 ) -> Any:
     """``AutoModelForTokenClassification`` with one label and no dropout; with
     ``head_bias_from_checkpoint`` also the loading info, and a head with a bias only when the
@@ -268,7 +284,12 @@ def _load_token_classifier(
     _import_external(model_config.external_lib)
     gguf_file = getattr(model_config, "gguf_file", None)  # the reward model's section has none
     config = _hf_config(
-        model_config.path, model_config.override_config, model_config.trust_remote_code, gguf_file, key
+        model_config.path,
+        model_config.override_config,
+        model_config.trust_remote_code,
+        gguf_file,
+        key,
+        attention,
     )
     if head_bias_from_checkpoint:
         architectures = getattr(config, "architectures", None) or []
@@ -292,8 +313,9 @@ def _load_token_classifier(
         kwargs["gguf_file"] = gguf_file
     if head_bias_from_checkpoint:
         kwargs["output_loading_info"] = True
+    path = _path(model_config.path, "dir", key)
     return _from_pretrained(
-        AutoModelForTokenClassification.from_pretrained, _path(model_config.path, "dir", key), **kwargs
+        AutoModelForTokenClassification.from_pretrained, path, key, model_config.override_config, **kwargs
     )
 
 
