@@ -56,7 +56,7 @@ from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokeni
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, cpu_attention
+from verl.workers.engine.fsdp import FSDPEngine, default_attention
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 from verl.workers.packing import enable_packing, outputs_at, pack
@@ -217,7 +217,7 @@ class SFTTrainer:
         return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples)
 
     def build_module(self) -> torch.nn.Module:
-        attention = cpu_attention(self.device, self.config.engine)
+        attention = default_attention(self.device, self.config.engine)
         return load_causal_lm(self.config.model, section="model", attention=attention)
 
     def row_tokens(self, row: dict[str, list[int]]) -> int:

@@ -34,7 +34,7 @@ from verl.utils.model import (
 )
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, cpu_attention
+from verl.workers.engine.fsdp import FSDPEngine, default_attention
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
@@ -153,7 +153,7 @@ class ActorRolloutRefWorker(Worker):
                 )  # the engine started with other weights (random, or the base without the adapter)
 
     def _load_policy(self, fsdp: FSDPConfig):
-        module = load_causal_lm(self.config.model, attention=cpu_attention(self.device, fsdp))
+        module = load_causal_lm(self.config.model, attention=default_attention(self.device, fsdp))
         if self.config.model.use_liger and self.device.type == "cuda":
             apply_liger(module, "actor_rollout_ref.model.use_liger")
         return enable_packing(module) if self.config.model.use_remove_padding else module

@@ -13,7 +13,7 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, cpu_attention
+from verl.workers.engine.fsdp import FSDPEngine, default_attention
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
 from verl.workers.packing import enable_packing
@@ -39,7 +39,7 @@ class CriticWorker(Worker):
         self.init_process_group(self.nccl_timeout_s)
         cfg = self.config
         torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
-        module = load_value_model(cfg.model, attention=cpu_attention(self.device, cfg.model.fsdp_config))
+        module = load_value_model(cfg.model, attention=default_attention(self.device, cfg.model.fsdp_config))
         self.engine = FSDPEngine(
             enable_packing(module) if cfg.model.use_remove_padding else module,
             self.device,

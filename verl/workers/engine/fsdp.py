@@ -62,18 +62,17 @@ def mixed_precision_policy(fsdp: FSDPConfig, device_type: str) -> MixedPrecision
     )
 
 
-def cpu_attention(device: torch.device, fsdp: FSDPConfig) -> str | None:
-    """The attention implementation a model trained or run by this engine loads with, unless the
-    model's ``override_config.attn_implementation`` names one (None: transformers' default, SDPA).
-
-    On CPU under bf16 autocast (actor, reference, critic, SFT), transformers' eager attention: there
-    torch's SDPA runs its flash kernel, whose block products run in fp32, and it took 2.8 s of a
-    9.6 s forward+backward for about 4% of the FLOPs (SmolLM2-135M, 32 rows of 171 tokens, 2 cores;
-    7.0 s with eager attention vs 8.4 s, the log-probs' error against fp32 the same: mean 0.041).
-    fp32 keeps SDPA (its numbers pinned)."""
+def default_attention(device: torch.device, fsdp: FSDPConfig) -> str | None:
+    """The attention implementation a model this engine trains or runs loads with, unless the model's
+    ``override_config.attn_implementation`` names one (None: transformers' default, SDPA). On CPU
+    under bf16 autocast (actor, reference, critic, SFT): :data:`~verl.workers.cpu_attention.CPU_ATTENTION`,
+    eager attention while a call's scores are small, SDPA beyond (see that module). fp32 keeps SDPA
+    (its numbers pinned)."""
     low_precision = torch_dtype(fsdp.mixed_precision.param_dtype) != torch.float32
     if device.type == "cpu" and fsdp.mixed_precision.cpu_autocast and low_precision:
-        return "eager"
+        from verl.workers import cpu_attention
+
+        return cpu_attention.register()
     return None
 
 
