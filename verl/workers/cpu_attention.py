@@ -39,29 +39,19 @@ def register() -> str:
     return CPU_ATTENTION
 
 
-def cpu_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """transformers' attention-function contract: ``query`` ``[b, H, L, D]``, ``key``/``value``
-    ``[b, H_kv, S, D]``; returns ``[b, L, H, D]`` and, from the eager path, the weights."""
+def cpu_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, *args, **kwargs):
+    """transformers' attention-function contract (``query`` ``[b, H, L, D]``, ``key``/``value``
+    ``[b, H_kv, S, D]``, then the mask; ``dropout`` and ``scaling`` among the keywords): returns
+    ``[b, L, H, D]`` and, from the eager path, the weights."""
     batch, heads, length, _ = query.shape
     eager = _model_eager_attention(type(module))
     if eager is not None and batch * heads * length * key.shape[2] <= EAGER_SCORES_MAX:
-        if scaling is None:
-            scaling = query.shape[-1] ** -0.5
-        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        if kwargs.get("scaling") is None:  # the eager functions take it as given
+            kwargs["scaling"] = query.shape[-1] ** -0.5
+        return eager(module, query, key, *args, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-    )
+    return sdpa_attention_forward(module, query, key, *args, **kwargs)
 
 
 @functools.cache
