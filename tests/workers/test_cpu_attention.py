@@ -16,7 +16,7 @@ from verl.config.engine import FSDPConfig
 from verl.utils.builtin import build_char_tokenizer, build_tiny_qwen2
 from verl.utils.model import load_causal_lm, load_value_model
 from verl.workers import cpu_attention
-from verl.workers.engine.fsdp import default_attention
+from verl.workers.cpu_attention import default_attention
 from verl.workers.forward import response_log_probs
 
 

@@ -163,7 +163,7 @@ def test_the_policy_worker_autocasts_actor_and_reference(monkeypatch, builtin_as
         gap = (bf16.batch[key] - fp32.batch[key])[real].abs()
         assert 0 < gap.max() < 0.5 and gap.mean() < 0.05, key
     assert weights == {torch.float32}
-    assert fp32_attention == {"sdpa"} and attention == {"verl_cpu"}  # engine.fsdp.default_attention
+    assert fp32_attention == {"sdpa"} and attention == {"verl_cpu"}  # cpu_attention.default_attention
     assert bf16_metrics["actor/pg_loss"] == pytest.approx(fp32_metrics["actor/pg_loss"], abs=0.05)
     assert bf16_metrics["actor/grad_norm"] > 0
     # the probe: fp32 trainer and fp32 hf rollout agree exactly; a bf16 trainer within bf16's tolerance

@@ -56,7 +56,8 @@ from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokeni
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, default_attention
+from verl.workers.cpu_attention import default_attention
+from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 from verl.workers.packing import enable_packing, outputs_at, pack

@@ -34,7 +34,8 @@ from verl.utils.model import (
 )
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, default_attention
+from verl.workers.cpu_attention import default_attention
+from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch

@@ -21,11 +21,25 @@ import sys
 import torch
 from torch import nn
 
+from verl.config.engine import FSDPConfig
+from verl.workers.engine.fsdp import torch_dtype
+
 CPU_ATTENTION = "verl_cpu"
 
 EAGER_SCORES_MAX = 1 << 24
 """Score entries (``batch * heads * queries * keys``) up to which a call runs eager attention:
 64 MB of fp32 scores (SmolLM2's 32 x 171-token micro-batch needs 8.4M)."""
+
+
+def default_attention(device: torch.device, fsdp: FSDPConfig) -> str | None:
+    """The attention implementation a model an engine with ``fsdp`` trains or runs loads with, unless
+    the model's ``override_config.attn_implementation`` names one (None: transformers' default,
+    SDPA): :data:`CPU_ATTENTION` on CPU under bf16 autocast (actor, reference, critic, SFT). fp32
+    keeps SDPA (its numbers pinned)."""
+    low_precision = torch_dtype(fsdp.mixed_precision.param_dtype) != torch.float32
+    if device.type == "cpu" and fsdp.mixed_precision.cpu_autocast and low_precision:
+        return register()
+    return None
 
 
 @functools.cache

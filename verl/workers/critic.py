@@ -13,7 +13,8 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
 from verl.workers import ulysses
-from verl.workers.engine.fsdp import FSDPEngine, default_attention
+from verl.workers.cpu_attention import default_attention
+from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
 from verl.workers.packing import enable_packing

@@ -62,20 +62,6 @@ def mixed_precision_policy(fsdp: FSDPConfig, device_type: str) -> MixedPrecision
     )
 
 
-def default_attention(device: torch.device, fsdp: FSDPConfig) -> str | None:
-    """The attention implementation a model this engine trains or runs loads with, unless the model's
-    ``override_config.attn_implementation`` names one (None: transformers' default, SDPA). On CPU
-    under bf16 autocast (actor, reference, critic, SFT): :data:`~verl.workers.cpu_attention.CPU_ATTENTION`,
-    eager attention while a call's scores are small, SDPA beyond (see that module). fp32 keeps SDPA
-    (its numbers pinned)."""
-    low_precision = torch_dtype(fsdp.mixed_precision.param_dtype) != torch.float32
-    if device.type == "cpu" and fsdp.mixed_precision.cpu_autocast and low_precision:
-        from verl.workers import cpu_attention
-
-        return cpu_attention.register()
-    return None
-
-
 def cast_float_buffers(module: nn.Module, dtype: torch.dtype) -> None:
     """Hold the floating-point buffers (e.g. rotary ``inv_freq``) in ``dtype``: FSDP2 leaves buffers
     alone, so ``mixed_precision.buffer_dtype`` is applied here, as FSDP1's ``buffer_dtype`` would."""
