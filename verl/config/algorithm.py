@@ -12,7 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import ConfigError, check, check_choice
+from verl.config.base import (
+    ANY_NUMBER,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    at_least,
+    between,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
@@ -22,24 +34,16 @@ PF_PPO_METHODS = ("pow", "max_min", "max_random")
 class KLControlConfig:
     type: str = "fixed"
     """KL coefficient controller for the in-reward penalty: fixed | adaptive (https://arxiv.org/abs/1909.08593)."""
-    kl_coef: float = 0.001
+    kl_coef: float = ranged(0.001, NON_NEGATIVE)
     """Initial (or fixed) KL coefficient beta."""
-    horizon: int = 10000
+    horizon: int = ranged(10000, POSITIVE)
     """Adaptive controller: number of samples over which beta moves towards its target."""
-    target_kl: float = 0.1
+    target_kl: float = ranged(0.1, POSITIVE)
     """Adaptive controller: the KL value beta is steered to."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.type, KL_CTRL_TYPES, f"{path}.type")
-        check(self.kl_coef >= 0, f"{path}.kl_coef", "a non-negative number", self.kl_coef)
-        if self.type == "adaptive":
-            check(
-                self.horizon > 0,
-                f"{path}.horizon",
-                "a positive integer for the adaptive controller",
-                self.horizon,
-            )
-            check(self.target_kl > 0, f"{path}.target_kl", "a positive number", self.target_kl)
 
 
 @dataclass
@@ -48,10 +52,11 @@ class FilterGroupsConfig:
     """DAPO dynamic sampling: drop prompt groups whose responses all got the same metric value."""
     metric: str | None = None
     """Per-response value compared within a group: seq_reward, seq_final_reward, or a scorer output key (acc, score, ...)."""
-    max_num_gen_batches: int = 0
-    """Most generation batches drawn to fill one training batch; 0 or less means no limit."""
+    max_num_gen_batches: int = ranged(0, at_least(0, also=(-1,)))
+    """Most generation batches drawn to fill one training batch; 0 (or -1) means no limit."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         if self.enable:
             check(
                 bool(self.metric),
@@ -65,10 +70,11 @@ class FilterGroupsConfig:
 class PFPPOConfig:
     reweight_method: str = "pow"
     """How scores become resampling weights: pow (|score|^weight_pow) | max_min | max_random."""
-    weight_pow: float = 2.0
+    weight_pow: float = ranged(2.0, NON_NEGATIVE)
     """Exponent of the pow method."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.reweight_method, PF_PPO_METHODS, f"{path}.reweight_method")
 
 
@@ -129,9 +135,9 @@ def _parsed(parse: Callable[[Any], Any], key: str, value: Any) -> Any:
 
 @dataclass
 class AlgorithmConfig:
-    gamma: float = 1.0
+    gamma: float = ranged(1.0, FRACTION)
     """Discount factor (GAE and REINFORCE++)."""
-    lam: float = 1.0
+    lam: float = ranged(1.0, FRACTION)
     """GAE lambda: bias/variance trade-off of the advantage (https://arxiv.org/abs/1506.02438)."""
     adv_estimator: str = "gae"
     """Advantage estimator: gae | grpo | grpo_vectorized | gdpo | grpo_passk | rloo | rloo_vectorized | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg, or a registered name."""
@@ -157,12 +163,11 @@ class AlgorithmConfig:
     """gdpo: weight of each of gdpo_reward_keys in the sum (null: all 1)."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         # Imported here: the registries import this module for type hints.
         from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY
         from verl.algorithms.kl import KL_PENALTY_TYPES
 
-        check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", "a number in [0, 1]", self.gamma)
-        check(0.0 <= self.lam <= 1.0, f"{path}.lam", "a number in [0, 1]", self.lam)
         check_choice(self.adv_estimator, ADV_ESTIMATOR_REGISTRY, f"{path}.adv_estimator")
         check_choice(self.kl_penalty, KL_PENALTY_TYPES, f"{path}.kl_penalty")
         self.kl_ctrl.validate(f"{path}.kl_ctrl")
@@ -193,33 +198,32 @@ AlgoConfig = AlgorithmConfig
 class PolicyLossConfig:
     loss_mode: str = "vanilla"
     """Policy loss: vanilla | gspo | sapo | dppo_tv | dppo_kl | clip_cov | kl_cov | gpg | geo_mean | dro | cispo, or a registered name."""
-    clip_cov_ratio: float = 0.0002
+    clip_cov_ratio: float = ranged(0.0002, between(0, 1, low_open=True))
     """clip_cov: fraction of tokens whose gradient is detached (https://arxiv.org/abs/2505.22617)."""
-    clip_cov_lb: float = 1.0
+    clip_cov_lb: float = ranged(1.0, ANY_NUMBER)
     """clip_cov: lower bound of the covariance for a token to be a candidate."""
-    clip_cov_ub: float = 5.0
+    clip_cov_ub: float = ranged(5.0, ANY_NUMBER)
     """clip_cov: upper bound of the covariance for a token to be a candidate."""
-    kl_cov_ratio: float = 0.0002
+    kl_cov_ratio: float = ranged(0.0002, between(0, 1, low_open=True))
     """kl_cov: fraction of tokens (largest covariance) that get the KL penalty."""
-    ppo_kl_coef: float = 0.1
+    ppo_kl_coef: float = ranged(0.1, NON_NEGATIVE)
     """kl_cov: coefficient of the |log-ratio| penalty on the selected tokens."""
-    dro_beta: float | None = None
+    dro_beta: float | None = ranged(None, POSITIVE)
     """dro: weight of the quadratic log-ratio penalty beta / 2 * (log pi - log pi_old)^2 (required for dro)."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     """A copy of algorithm.rollout_correction made at start-up, as verl's trainer does (the actor's bypass-mode loss reads it); set algorithm.rollout_correction.* instead."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY
 
         check_choice(self.loss_mode, POLICY_LOSS_REGISTRY, f"{path}.loss_mode")
-        check(self.clip_cov_ratio > 0, f"{path}.clip_cov_ratio", "a positive number", self.clip_cov_ratio)
         check(
             self.clip_cov_lb < self.clip_cov_ub,
             f"{path}.clip_cov_lb",
             f"less than clip_cov_ub={self.clip_cov_ub}",
             self.clip_cov_lb,
         )
-        check(self.kl_cov_ratio > 0, f"{path}.kl_cov_ratio", "a positive number", self.kl_cov_ratio)
         if self.loss_mode == "dro":
             check(
                 self.dro_beta is not None and self.dro_beta > 0,

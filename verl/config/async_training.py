@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl.config.base import check, check_choice
+from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
 
 WEIGHT_TRANSPORTS = ("object_store", "filesystem")
 
 
 @dataclass
 class AsyncTrainingConfig:
-    max_staleness: int = 1
+    max_staleness: int = ranged(1, NON_NEGATIVE)
     """How many policy versions a consumed sample may lag behind the weights being trained
     (0: on-policy; the run then equals the synchronous trainer). Generation for step s starts
     once version s-1-max_staleness is published, so the rollout works ahead of the trainer."""
-    rollout_n_gpus: int = 1
+    rollout_n_gpus: int = ranged(1, at_least(1))
     """Processes (devices) of the rollout pool, on each node; the trainer pool keeps
     trainer.n_gpus_per_node of its own."""
-    rollout_cpus_per_worker: float | None = None
+    rollout_cpus_per_worker: float | None = ranged(None, POSITIVE)
     """CPU cores (and torch threads, on CPU) of each rollout process (null: trainer.cpus_per_worker)."""
     drop_stale: bool = False
     """Mask out samples older than max_staleness instead of failing (the producer's throttle
@@ -35,8 +35,7 @@ class AsyncTrainingConfig:
     """Directory for weight_transport=filesystem (shared by trainer and rollout machines)."""
 
     def validate(self, path: str) -> None:
-        check(self.max_staleness >= 0, f"{path}.max_staleness", "0 or more", self.max_staleness)
-        check(self.rollout_n_gpus >= 1, f"{path}.rollout_n_gpus", "at least 1", self.rollout_n_gpus)
+        check_ranges(self, path)
         check_choice(self.weight_transport, WEIGHT_TRANSPORTS, f"{path}.weight_transport")
         check(
             self.weight_transport != "filesystem" or self.weight_dir is not None,

@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import II
 
 from verl.config.actor import LOSS_AGG_MODES
-from verl.config.base import check, check_choice
+from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 
 
@@ -40,7 +40,7 @@ class CriticModelConfig:
 
 @dataclass
 class CriticConfig:
-    rollout_n: int = II("actor_rollout_ref.rollout.n")
+    rollout_n: int = ranged(II("actor_rollout_ref.rollout.n"), at_least(1))
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2; both select the same engine (FSDP2)."""
@@ -51,50 +51,47 @@ class CriticConfig:
     """Optimizer and LR schedule of the critic."""
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     """The value model."""
-    ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
+    ppo_mini_batch_size: int = ranged(II("actor_rollout_ref.actor.ppo_mini_batch_size"), POSITIVE)
     """Prompts per critic optimizer step."""
-    ppo_micro_batch_size: int | None = None
+    ppo_micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size; converted at start-up to ppo_micro_batch_size_per_gpu (and
     forward_micro_batch_size_per_gpu) = ppo_micro_batch_size // (nnodes x n_gpus_per_node), as verl does."""
-    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_micro_batch_size_per_gpu: int | None = ranged(None, POSITIVE)
     """Rows per forward/backward on one rank."""
-    forward_micro_batch_size: int | None = II("critic.ppo_micro_batch_size")
+    forward_micro_batch_size: int | None = ranged(II("critic.ppo_micro_batch_size"), POSITIVE)
     """Deprecated global micro batch size of the value forward; converted at start-up to
     forward_micro_batch_size_per_gpu = forward_micro_batch_size // (nnodes x n_gpus_per_node)."""
-    forward_micro_batch_size_per_gpu: int | None = II("critic.ppo_micro_batch_size_per_gpu")
+    forward_micro_batch_size_per_gpu: int | None = ranged(II("critic.ppo_micro_batch_size_per_gpu"), POSITIVE)
     """Rows per value forward on one rank."""
     use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
     """Pack micro-batches by token count."""
-    ppo_max_token_len_per_gpu: int = 32768
+    ppo_max_token_len_per_gpu: int = ranged(32768, POSITIVE)
     """Token budget of one training micro-batch."""
-    forward_max_token_len_per_gpu: int = II("critic.ppo_max_token_len_per_gpu")
+    forward_max_token_len_per_gpu: int = ranged(II("critic.ppo_max_token_len_per_gpu"), POSITIVE)
     """Token budget of one value forward."""
-    ulysses_sequence_parallel_size: int = 1
+    ulysses_sequence_parallel_size: int = ranged(1, at_least(1))
     """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
     critic.model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
-    ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
+    ppo_epochs: int = ranged(II("actor_rollout_ref.actor.ppo_epochs"), at_least(1))
     """Passes over the batch per training step."""
     shuffle: bool = II("actor_rollout_ref.actor.shuffle")
     """Shuffle rows before splitting into mini-batches."""
-    grad_clip: float = 1.0
+    grad_clip: float = ranged(1.0, POSITIVE)
     """Clip the global gradient norm to this value."""
-    cliprange_value: float = 0.5
+    cliprange_value: float = ranged(0.5, POSITIVE)
     """Clip range of the value update around the old values."""
     loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
     """How token losses are averaged (see actor.loss_agg_mode)."""
-    loss_scale_factor: int | None = None
+    loss_scale_factor: int | None = ranged(None, POSITIVE)
     """seq-mean-token-sum-norm: the constant divisor of the value loss (null: the padded response length)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """What critic checkpoints contain."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
-        scale = self.loss_scale_factor
-        check(scale is None or scale > 0, f"{path}.loss_scale_factor", "a positive number or null", scale)
-        check(self.cliprange_value > 0, f"{path}.cliprange_value", "a positive number", self.cliprange_value)
         sp = self.ulysses_sequence_parallel_size
-        check(sp >= 1, f"{path}.ulysses_sequence_parallel_size", "a positive number of ranks", sp)
         check(
             sp == 1 or self.model.use_remove_padding,
             f"{path}.ulysses_sequence_parallel_size",

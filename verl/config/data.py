@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import check, check_choice
+from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
 
 __all__ = ["CustomDatasetClassConfig", "DataConfig"]
 
@@ -40,21 +40,21 @@ class DataConfig:
     """Training parquet file, or a list of files that are concatenated in order."""
     val_files: Any = "~/data/rlhf/gsm8k/test.parquet"
     """Validation parquet file, or a list of files."""
-    train_max_samples: int = -1
+    train_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N training rows (-1: all rows)."""
-    val_max_samples: int = -1
+    val_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N validation rows (-1: all rows)."""
     prompt_key: str = "prompt"
     """Column that holds the chat messages of each prompt."""
     reward_fn_key: str = "data_source"
     """Column whose value picks the reward scorer for each row."""
-    max_prompt_length: int = 512
+    max_prompt_length: int = ranged(512, POSITIVE)
     """Prompts are left-padded to this many tokens; longer ones follow data.truncation."""
-    max_response_length: int = 512
+    max_response_length: int = ranged(512, POSITIVE)
     """Maximum number of generated tokens per response."""
-    train_batch_size: int = 1024
+    train_batch_size: int = ranged(1024, POSITIVE)
     """Prompts per training step (before rollout.n responses are sampled for each)."""
-    val_batch_size: int | None = None
+    val_batch_size: int | None = ranged(None, POSITIVE)
     """Prompts per validation batch; None puts the whole validation set in one batch."""
     return_raw_input_ids: bool = False
     """Accepted for compatibility; raw_prompt_ids (unpadded prompt ids) are always returned."""
@@ -64,15 +64,15 @@ class DataConfig:
     """Also return the prompt text after the chat template as full_prompts."""
     shuffle: bool = True
     """Shuffle the training set each epoch (a permutation derived from data.seed and the epoch)."""
-    seed: int | None = None
+    seed: int | None = ranged(None, NON_NEGATIVE)
     """Seed of the shuffle; None uses 1, as verl does."""
-    dataloader_num_workers: int = 8
+    dataloader_num_workers: int = ranged(8, NON_NEGATIVE)
     """Accepted for compatibility; no effect (the loader runs in-process so its position can be restored exactly)."""
     validation_shuffle: bool = False
     """Shuffle the validation set."""
     filter_overlong_prompts: bool = False
     """Drop prompts longer than max_prompt_length when the dataset is loaded."""
-    filter_overlong_prompts_workers: int = 1
+    filter_overlong_prompts_workers: int = ranged(1, NON_NEGATIVE)
     """Accepted for compatibility; no effect (lengths are computed in one batched tokenizer call)."""
     truncation: str = "error"
     """What to do with a prompt longer than max_prompt_length: error | left | right | middle."""
@@ -90,19 +90,8 @@ class DataConfig:
     """Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking)."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.truncation, TRUNCATION_MODES, f"{path}.truncation")
-        for key in ("max_prompt_length", "max_response_length", "train_batch_size"):
-            value = getattr(self, key)
-            check(isinstance(value, int) and value > 0, f"{path}.{key}", "a positive integer", value)
-        check(
-            self.val_batch_size is None or self.val_batch_size > 0,
-            f"{path}.val_batch_size",
-            "null or a positive integer",
-            self.val_batch_size,
-        )
-        for key in ("train_max_samples", "val_max_samples"):
-            value = getattr(self, key)
-            check(value == -1 or value > 0, f"{path}.{key}", "-1 (all rows) or a positive integer", value)
         check(bool(self.prompt_key), f"{path}.prompt_key", "a column name", self.prompt_key)
         check(bool(self.reward_fn_key), f"{path}.reward_fn_key", "a column name", self.reward_fn_key)
         check(

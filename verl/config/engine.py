@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.config.base import check, check_choice
+from verl.config.base import (
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 LR_SCHEDULER_TYPES = ("constant", "cosine")
@@ -21,50 +30,48 @@ MODEL_DTYPES = {
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
+    lr: float = ranged(1e-6, NON_NEGATIVE)
     """Peak learning rate of AdamW."""
-    lr_warmup_steps: int = -1
-    """Linear warmup steps; negative means use lr_warmup_steps_ratio."""
-    lr_warmup_steps_ratio: float = 0.0
+    lr_warmup_steps: int = ranged(-1, at_least(-1))
+    """Linear warmup steps; -1 means use lr_warmup_steps_ratio."""
+    lr_warmup_steps_ratio: float = ranged(0.0, FRACTION)
     """Warmup steps as a fraction of total_training_steps (used when lr_warmup_steps < 0)."""
-    min_lr_ratio: float | None = None
+    min_lr_ratio: float | None = ranged(None, FRACTION)
     """Floor of the cosine schedule as a fraction of lr (cosine only; null means 0)."""
-    num_cycles: float = 0.5
+    num_cycles: float = ranged(0.5, NON_NEGATIVE)
     """Number of cosine half-waves after warmup (0.5 decays once from lr to the floor)."""
     lr_scheduler_type: str = "constant"
     """LR schedule after warmup: constant | cosine."""
     warmup_style: str | None = None
     """Deprecated spelling of lr_scheduler_type (verl < 0.6); when set, converted onto it at start-up."""
-    clip_grad: float = 1.0
+    clip_grad: float = ranged(1.0, POSITIVE)
     """verl 0.9's spelling of the gradient-norm clip; converted onto the section's grad_clip at start-up
     (the one set away from the default 1.0 wins; both set to different values is refused)."""
-    total_training_steps: int = -1
+    total_training_steps: int = ranged(-1, at_least(1, also=(-1,)))
     """Set by the trainer at start-up from the data size and trainer.total_* keys."""
-    weight_decay: float = 0.01
+    weight_decay: float = ranged(0.01, NON_NEGATIVE)
     """AdamW decoupled weight decay."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW beta1, beta2."""
-    eps: float = 1e-8
+    eps: float = ranged(1e-8, POSITIVE)
     """AdamW epsilon."""
 
     def validate(self, path: str) -> None:
-        check(self.lr >= 0, f"{path}.lr", "a non-negative number", self.lr)
+        check_ranges(self, path)
         if self.warmup_style is not None:  # first: a bad value has been converted onto lr_scheduler_type
             check_choice(self.warmup_style, LR_SCHEDULER_TYPES, f"{path}.warmup_style")
         check_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, f"{path}.lr_scheduler_type")
-        check(self.clip_grad > 0, f"{path}.clip_grad", "a positive number", self.clip_grad)
         check(
-            0 <= self.lr_warmup_steps_ratio <= 1,
-            f"{path}.lr_warmup_steps_ratio",
-            "a value in [0, 1]",
-            self.lr_warmup_steps_ratio,
+            len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas),
+            f"{path}.betas",
+            "two numbers in [0, 1)",
+            self.betas,
         )
-        check(len(self.betas) == 2, f"{path}.betas", "two numbers", self.betas)
 
 
 @dataclass
 class WrapPolicyConfig:
-    min_num_params: int = 0
+    min_num_params: int = ranged(0, NON_NEGATIVE)
     """Wrap (shard separately) submodules with at least this many parameters; 0 wraps each decoder layer."""
 
 
@@ -116,7 +123,7 @@ class FSDPConfig:
     reshard_after_forward: bool = True
     """Free gathered parameters after forward (saves memory, costs a second all-gather in backward).
     A trained model on a single rank keeps them until backward regardless (nothing is sharded)."""
-    fsdp_size: int = -1
+    fsdp_size: int = ranged(-1, at_least(1, also=(-1,)))
     """verl: ranks per FSDP shard group (HSDP). No effect here: every role shards over all its ranks."""
     forward_prefetch: bool = False
     """FSDP1 option; no effect here (FSDP2 prefetches by itself)."""
@@ -128,13 +135,14 @@ class FSDPConfig:
     """GPU compute, gradient-reduction and buffer dtypes (verl's defaults when unset: bf16, fp32, fp32)."""
     use_orig_params: bool = False
     """FSDP1 option; no effect here (FSDP2 always trains the original parameters)."""
-    ulysses_sequence_parallel_size: int = 1
+    ulysses_sequence_parallel_size: int = ranged(1, POSITIVE)
     """The SFT trainer's sequence-parallel size (verl 0.9's engine spelling): each packed row split over
     this many ranks, a group of them training on the same rows; needs model.use_remove_padding=True.
     RL roles refuse it here: set actor_rollout_ref.actor.ulysses_sequence_parallel_size or
     critic.ulysses_sequence_parallel_size."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         if self.model_dtype is not None:
             check_choice(self.model_dtype, MODEL_DTYPES, f"{path}.model_dtype")
         self.mixed_precision.validate(f"{path}.mixed_precision")

@@ -16,20 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, between, ranged
+
 
 @dataclass
 class DisaggregationConfig:
     enabled: bool = False
     """Separate prefill and decode replicas."""
-    prefill_replicas: int = 1
+    prefill_replicas: int = ranged(1, at_least(1))
     """Prefill replicas."""
-    decode_replicas: int = 1
+    decode_replicas: int = ranged(1, at_least(1))
     """Decode replicas."""
-    decode_tensor_model_parallel_size: int | None = None
+    decode_tensor_model_parallel_size: int | None = ranged(None, at_least(1))
     """Tensor parallel size of the decode replicas."""
     transfer_backend: str = "nixl"
     """KV-cache transfer backend."""
-    bootstrap_port: int | None = None
+    bootstrap_port: int | None = ranged(None, between(0, 65535))
     """Port of the disaggregation bootstrap server."""
     ib_device: str | None = None
     """InfiniBand device for KV transfer."""
@@ -42,7 +44,7 @@ class GenRMRolloutConfig:
     score head, run by the reward-model worker)."""
     dtype: str = "bfloat16"
     """Engine dtype."""
-    gpu_memory_utilization: float = 0.5
+    gpu_memory_utilization: float = ranged(0.5, between(0, 1, low_open=True))
     """Fraction of GPU memory for the engine's KV cache."""
     enforce_eager: bool = True
     """Disable CUDA graphs."""
@@ -50,19 +52,19 @@ class GenRMRolloutConfig:
     """Batch sizes captured as CUDA graphs."""
     free_cache_engine: bool = True
     """Free the KV cache between calls."""
-    data_parallel_size: int = 1
+    data_parallel_size: int = ranged(1, at_least(1))
     """Data parallel size of the engine."""
-    expert_parallel_size: int = 1
+    expert_parallel_size: int = ranged(1, at_least(1))
     """Expert parallel size of the engine."""
-    tensor_model_parallel_size: int = 1
+    tensor_model_parallel_size: int = ranged(1, at_least(1))
     """Tensor parallel size of the engine (only 1 for now: one engine per rank; verl's default is 2)."""
-    pipeline_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = ranged(1, at_least(1))
     """Pipeline parallel size of the engine."""
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = ranged(8192, POSITIVE)
     """Token budget of one engine step."""
-    max_model_len: int | None = None
+    max_model_len: int | None = ranged(None, POSITIVE)
     """Maximum context of the engine."""
-    max_num_seqs: int = 1024
+    max_num_seqs: int = ranged(1024, POSITIVE)
     """Concurrent sequences of the engine."""
     load_format: str = "auto"
     """How the engine loads weights."""
@@ -72,13 +74,13 @@ class GenRMRolloutConfig:
     """Request scheduling policy of the engine."""
     full_determinism: bool = False
     """Deterministic engine kernels."""
-    seed: int = 42
+    seed: int = ranged(42, NON_NEGATIVE)
     """Engine sampling seed."""
     multi_stage_wake_up: bool = False
     """Wake the engine up in stages (weights, then KV cache)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra engine arguments."""
-    limit_images: int | None = None
+    limit_images: int | None = ranged(None, NON_NEGATIVE)
     """Images per prompt (multi-modal reward models)."""
     enable_chunked_prefill: bool = True
     """Chunked prefill."""
@@ -90,19 +92,19 @@ class GenRMRolloutConfig:
     """Start the engine without a tokenizer."""
     ignore_eos: bool = False
     """Keep generating after EOS."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, NON_NEGATIVE)
     """Sampling temperature of the judge."""
-    top_k: int = -1
+    top_k: int = ranged(-1, at_least(0, also=(-1,)))
     """Top-k of the judge."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, between(0, 1, low_open=True))
     """Nucleus sampling mass of the judge."""
     do_sample: bool = True
     """Sample (False: greedy) in the judge."""
-    n: int = 1
+    n: int = ranged(1, at_least(1))
     """Judgements per response."""
-    prompt_length: int = 2048
+    prompt_length: int = ranged(2048, POSITIVE)
     """Prompt length of the judge."""
-    response_length: int = 2048
+    response_length: int = ranged(2048, POSITIVE)
     """Maximum judgement length."""
     quantization: str | None = None
     """Weight quantization of the engine."""

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig, RolloutCorrectionConfig
 from verl.config.async_training import AsyncTrainingConfig
-from verl.config.base import ConfigError, check
+from verl.config.base import ConfigError, check, check_ranges
 from verl.config.compat import (
     check_known_keys,
     convert_verl_keys,
@@ -80,6 +80,7 @@ class PPOTrainerConfig:
         return self.algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss
 
     def validate(self) -> None:
+        check_ranges(self)
         for section in fields(self):
             value = getattr(self, section.name)
             if hasattr(value, "validate"):

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import check, check_choice
+from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
 from verl.config.engine import FSDPConfig
 from verl.config.genrm import GenRMRolloutConfig
 
@@ -63,9 +63,9 @@ class RewardModelModelConfig:
 class SandboxFusionConfig:
     url: str | None = None
     """Accepted for compatibility; no effect (no code-execution scorers ship here)."""
-    max_concurrent: int = 64
+    max_concurrent: int = ranged(64, POSITIVE)
     """Accepted for compatibility; no effect."""
-    memory_limit_mb: int = 1024
+    memory_limit_mb: int = ranged(1024, POSITIVE)
     """Accepted for compatibility; no effect."""
 
 
@@ -73,18 +73,15 @@ class SandboxFusionConfig:
 class OverlongBufferConfig:
     enable: bool = False
     """Penalise responses that run into the last `len` tokens before max_response_length (DAPO)."""
-    len: int = 0
+    len: int = ranged(0, NON_NEGATIVE)
     """Size of the soft buffer in tokens; the penalty grows linearly across it."""
-    penalty_factor: float = 0.0
+    penalty_factor: float = ranged(0.0, NON_NEGATIVE)
     """Penalty at the very end of the buffer (the reward drops by up to this much)."""
     log: bool = False
     """Report overlong_reward and overlong per response in reward_extra_info."""
 
     def validate(self, path: str) -> None:
-        check(self.len >= 0, f"{path}.len", "a non-negative integer", self.len)
-        check(
-            self.penalty_factor >= 0, f"{path}.penalty_factor", "a non-negative number", self.penalty_factor
-        )
+        check_ranges(self, path)
         check(
             not self.enable or self.len > 0,
             f"{path}.len",
@@ -95,14 +92,10 @@ class OverlongBufferConfig:
 
 @dataclass
 class ScoringPoolConfig:
-    num_workers: int = 1
+    num_workers: int = ranged(1, NON_NEGATIVE)
     """Scorer processes; 0 scores in the driver process (errors are still caught, timeouts are not enforced)."""
-    timeout_s: float = 10.0
+    timeout_s: float = ranged(10.0, POSITIVE)
     """Seconds one scorer call may take; a call past it scores 0, is counted in reward/timeouts, and its process is replaced."""
-
-    def validate(self, path: str) -> None:
-        check(self.num_workers >= 0, f"{path}.num_workers", "an integer >= 0", self.num_workers)
-        check(self.timeout_s > 0, f"{path}.timeout_s", "a positive number of seconds", self.timeout_s)
 
 
 @dataclass
@@ -113,14 +106,14 @@ class RewardModelConfig:
     enable_resource_pool: bool = False
     """Put the reward model on a pool of its own (nnodes x n_gpus_per_node processes) instead of
     colocating it with the policy."""
-    n_gpus_per_node: int = 8
+    n_gpus_per_node: int = ranged(8, NON_NEGATIVE)
     """Devices (CPU: processes) per node of the reward model's own pool."""
-    nnodes: int = 0
+    nnodes: int = ranged(0, NON_NEGATIVE)
     """Nodes of the reward model's own pool."""
     use_reward_loop: bool = True
     """verl 0.8: score in reward-loop workers. Here scoring always runs in the reward manager's
     process pool (reward_model.scoring), so this has no effect."""
-    num_workers: int | None = None
+    num_workers: int | None = ranged(None, NON_NEGATIVE)
     """verl: reward-loop workers scoring in parallel; converted to reward_model.scoring.num_workers."""
     reward_loop_source: str = "register"
     """verl: where the reward manager class comes from: register (by name; the only one supported)."""
@@ -134,19 +127,19 @@ class RewardModelConfig:
     """Engine backend of the reward-model worker (inert: the FSDP2 engine always runs it)."""
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     """The reward model to load when enable=True."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro-batch size; converted to micro_batch_size_per_gpu."""
-    micro_batch_size_per_gpu: int | None = None
+    micro_batch_size_per_gpu: int | None = ranged(None, POSITIVE)
     """Rows per forward pass on one device (None: a rank's whole share at once)."""
-    max_length: int | None = None
+    max_length: int | None = ranged(None, POSITIVE)
     """Most tokens of one re-templated conversation the reward model reads; a longer one keeps its
     last max_length tokens (the score head reads the last one) and is counted in
     reward_model/truncated (None: no limit)."""
     use_dynamic_bsz: bool = False
     """Group micro-batches by token count instead of row count."""
-    forward_max_token_len_per_gpu: int = 32768
+    forward_max_token_len_per_gpu: int = ranged(32768, POSITIVE)
     """Token budget of one micro-batch when use_dynamic_bsz=True."""
-    ulysses_sequence_parallel_size: int = 1
+    ulysses_sequence_parallel_size: int = ranged(1, at_least(1))
     """Sequence-parallel size of the reward-model worker."""
     reward_manager: str = "naive"
     """Reward manager that turns responses into scores: naive | batch | dapo, or a registered name."""
@@ -164,24 +157,13 @@ class RewardModelConfig:
     """Process pool that runs the scorers with a per-call timeout."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check(
             bool(self.reward_manager), f"{path}.reward_manager", "a reward manager name", self.reward_manager
         )
         self.overlong_buffer.validate(f"{path}.overlong_buffer")
-        self.scoring.validate(f"{path}.scoring")
-        if self.num_workers is not None:
-            check(self.num_workers >= 0, f"{path}.num_workers", "an integer >= 0", self.num_workers)
         if not self.enable:
             return
-        for key in ("micro_batch_size_per_gpu", "max_length"):
-            value = getattr(self, key)
-            check(value is None or value > 0, f"{path}.{key}", "a positive integer or null", value)
-        check(
-            self.forward_max_token_len_per_gpu > 0,
-            f"{path}.forward_max_token_len_per_gpu",
-            "a positive integer",
-            self.forward_max_token_len_per_gpu,
-        )
         if self.rollout.name is not None:
             check_choice(self.rollout.name, ("hf", "vllm", "sglang"), f"{path}.rollout.name")
         if self.enable_resource_pool:

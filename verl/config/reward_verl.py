@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.config.base import NON_NEGATIVE, ranged
 from verl.config.genrm import GenRMRolloutConfig
 from verl.config.reward import SandboxFusionConfig
 
@@ -63,9 +64,9 @@ class RewardModelWorkerConfig:
     """Score with a reward model; converted to reward_model.enable."""
     enable_resource_pool: bool | None = None
     """The reward model on a pool of its own; converted to reward_model.enable_resource_pool."""
-    n_gpus_per_node: int | None = None
+    n_gpus_per_node: int | None = ranged(None, NON_NEGATIVE)
     """Devices per node of that pool; converted to reward_model.n_gpus_per_node."""
-    nnodes: int | None = None
+    nnodes: int | None = ranged(None, NON_NEGATIVE)
     """Nodes of that pool; converted to reward_model.nnodes."""
     model_path: str | None = None
     """The reward model; converted to reward_model.model.path."""
@@ -75,7 +76,7 @@ class RewardModelWorkerConfig:
 
 @dataclass
 class RewardConfig:
-    num_workers: int | None = None
+    num_workers: int | None = ranged(None, NON_NEGATIVE)
     """verl: reward workers scoring in parallel; converted to reward_model.scoring.num_workers."""
     custom_reward_function: RewardFunctionConfig = field(default_factory=RewardFunctionConfig)
     """verl 0.9 spelling of custom_reward_function.*."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from verl.config.base import check, check_choice
+from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
 from verl.config.sft_trainer import SFT_INERT_KEYS, TRUNCATIONS, SFTTrainerConfig
 
 RM_SCHEMA_NAME = "rm_trainer_schema"
@@ -31,21 +31,21 @@ class RMDataConfig:
     """Column with the preferred response: a string (one assistant turn after the prompt) or chat messages."""
     rejected_key: str = "rejected"
     """Column with the other response, in the same form."""
-    train_batch_size: int = 256
+    train_batch_size: int = ranged(256, POSITIVE)
     """Pairs per optimizer step, over all ranks."""
-    micro_batch_size_per_gpu: int = 4
+    micro_batch_size_per_gpu: int = ranged(4, POSITIVE)
     """Pairs per forward/backward on one rank (also the validation batch); ignored with use_dynamic_bsz."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size; converted to micro_batch_size_per_gpu = micro_batch_size // world size."""
     use_dynamic_bsz: bool = True
     """Fill micro-batches up to max_token_len_per_gpu tokens (both sides of each pair) instead of a row count."""
-    max_token_len_per_gpu: int = 8192
+    max_token_len_per_gpu: int = ranged(8192, POSITIVE)
     """Token budget of one micro-batch with use_dynamic_bsz."""
-    train_max_samples: int = -1
+    train_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N training pairs (-1: all)."""
-    val_max_samples: int = -1
+    val_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N validation pairs (-1: all)."""
-    max_length: int = 1024
+    max_length: int = ranged(1024, POSITIVE)
     """Longest tokenized conversation; longer ones follow truncation."""
     truncation: str = "error"
     """A conversation longer than max_length: error (names the file and row) | left (keep the end, which the
@@ -56,9 +56,7 @@ class RMDataConfig:
     """Shuffle the training pairs every epoch (a seeded order: trainer.seed)."""
 
     def validate(self, path: str) -> None:
-        for key in ("train_batch_size", "micro_batch_size_per_gpu", "max_length"):
-            value = getattr(self, key)
-            check(value > 0, f"{path}.{key}", "a positive number", value)
+        check_ranges(self, path)
         check(
             not self.use_dynamic_bsz or self.max_token_len_per_gpu >= 2 * self.max_length,
             f"{path}.max_token_len_per_gpu",

@@ -7,7 +7,16 @@ from typing import Any
 
 from omegaconf import II
 
-from verl.config.base import check, check_choice
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    at_least,
+    between,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 from verl.config.engine import MODEL_DTYPES
 
 ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
@@ -16,13 +25,13 @@ ROLLOUT_DTYPES = {**MODEL_DTYPES, "half": "float16", "float": "float32"}  # roll
 
 @dataclass
 class ValKwargsConfig:
-    top_k: int = -1
+    top_k: int = ranged(-1, at_least(0, also=(-1,)))
     """Top-k for validation (-1 or 0 disables)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, between(0, 1, low_open=True))
     """Nucleus sampling mass for validation."""
-    temperature: float = 0.0
+    temperature: float = ranged(0.0, NON_NEGATIVE)
     """Validation temperature (0 with do_sample=False is greedy)."""
-    n: int = 1
+    n: int = ranged(1, at_least(1))
     """Responses per validation prompt (mean@n, best@n, maj@n when > 1)."""
     do_sample: bool = False
     """Sample during validation; False decodes greedily."""
@@ -33,19 +42,19 @@ class MultiTurnConfig:
     enable: bool = False
     """Multi-turn tool-using rollouts through the agent loop (needs mode=async and data.return_raw_chat=True);
     rows run the loop named by their agent_name column, else agent.default_agent_loop."""
-    max_assistant_turns: int | None = None
+    max_assistant_turns: int | None = ranged(None, at_least(1))
     """Most model turns in one trajectory (null: until the response budget is spent)."""
-    max_user_turns: int | None = None
+    max_user_turns: int | None = ranged(None, at_least(1))
     """Most tool/user turns in one trajectory (null: no limit)."""
-    max_turns: int | None = None
+    max_turns: int | None = ranged(None, at_least(1))
     """Older verl's turn limit (no effect: use max_assistant_turns / max_user_turns)."""
     tool_config_path: str | None = None
     """verl's tool YAML (tools: [{class_name, config, tool_schema}]) for the tool_agent loop."""
     function_tool_path: str | None = None
     """verl's Python-function tools (not supported yet: must stay null; write a BaseTool)."""
-    max_parallel_calls: int = 1
+    max_parallel_calls: int = ranged(1, at_least(1))
     """Most tool calls run from one model turn (later calls in the turn are dropped)."""
-    max_tool_response_length: int = 256
+    max_tool_response_length: int = ranged(256, at_least(1))
     """Characters of a tool's answer shown to the model (longer answers are cut)."""
     tool_response_truncate_side: str = "middle"
     """Where a long tool answer is cut: left | middle | right."""
@@ -56,13 +65,13 @@ class MultiTurnConfig:
     format: str = "hermes"
     """Tool-call format parsed from the model's output: hermes (<tool_call>{json}</tool_call>; Qwen2.5/3) |
     qwen3_coder (<function=NAME><parameter=KEY>; Qwen3-Coder) | glm (NAME <arg_key>/<arg_value>; GLM-4.5)."""
-    num_repeat_rollouts: int | None = None
+    num_repeat_rollouts: int | None = ranged(None, at_least(1))
     """verl's repeated multi-turn rollouts (not supported yet: must stay null; use rollout.n)."""
 
 
 @dataclass
 class AgentConfig:
-    num_workers: int = 8
+    num_workers: int = ranged(8, at_least(1))
     """verl: agent-loop worker processes (no effect: the loops of a batch run concurrently on one event
     loop in the driver)."""
     default_agent_loop: str = "single_turn_agent"
@@ -76,7 +85,7 @@ class ServerConfig:
     url: str | None = None
     """Base URL of an external OpenAI-compatible server (not wired yet: must stay null; server mode starts
     a server on every rollout rank)."""
-    timeout_s: float = 600.0
+    timeout_s: float = ranged(600.0, POSITIVE)
     """Server mode: the longest one request (one sample) may take before it fails with an error."""
 
 
@@ -90,19 +99,19 @@ class RolloutConfig:
     """sync: one batched generate call per step on each rollout rank | async: each rollout rank runs its
     engine as a server (continuous batching, OpenAI-compatible HTTP front on loopback) and the trainer
     sends one request per sample. verl's default is async."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, NON_NEGATIVE)
     """Sampling temperature; log-probs are computed at this temperature too."""
-    top_k: int = -1
+    top_k: int = ranged(-1, at_least(0, also=(-1,)))
     """Keep the k most likely tokens (-1 or 0 disables)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, between(0, 1, low_open=True))
     """Nucleus sampling mass."""
     do_sample: bool = True
     """Sample; False decodes greedily."""
-    n: int = 1
+    n: int = ranged(1, at_least(1))
     """Responses per prompt (> 1 for GRPO/RLOO-style group baselines)."""
-    prompt_length: int = II("data.max_prompt_length")
+    prompt_length: int = ranged(II("data.max_prompt_length"), POSITIVE)
     """Prompt length (left-padded)."""
-    response_length: int = II("data.max_response_length")
+    response_length: int = ranged(II("data.max_response_length"), POSITIVE)
     """Maximum generated tokens."""
     dtype: str = "bfloat16"
     """Generation dtype on GPU (the engine's weights and compute); CPU uses float32 unless
@@ -112,7 +121,7 @@ class RolloutConfig:
     loads the model in it). Decoding reads every weight once per token, so bf16 halves what it reads.
     Off by default: CPU generates in fp32, where the hf rollout's log-probs equal an fp32 trainer's
     bit for bit. No effect on GPU."""
-    gpu_memory_utilization: float = 0.5
+    gpu_memory_utilization: float = ranged(0.5, between(0, 1, low_open=True))
     """Fraction of GPU memory for the inference engine's KV cache (vllm/sglang)."""
     ignore_eos: bool = False
     """Keep generating after EOS (benchmarking only)."""
@@ -123,7 +132,7 @@ class RolloutConfig:
     weight_sync_check: bool = True
     """After each weight sync, score a probe sequence with the rollout engine and the trainer and stop the
     run if they disagree (the engine is not running the trained weights)."""
-    weight_sync_check_tol: float | None = None
+    weight_sync_check_tol: float | None = ranged(None, POSITIVE)
     """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when both the engine and the
     actor compute in fp32 (CPU by default), else 0.15 (bf16/fp16 on either side: GPU, or CPU with
     actor.fsdp_config.mixed_precision.cpu_autocast or rollout.use_dtype_on_cpu)."""
@@ -136,25 +145,27 @@ class RolloutConfig:
     """How the inference engine loads initial weights (vllm)."""
     layered_summon: bool = False
     """Gather FSDP weights layer by layer for the weight sync (vllm)."""
-    tensor_model_parallel_size: int = 1
+    tensor_model_parallel_size: int = ranged(1, at_least(1))
     """Tensor parallel size of the inference engine (vllm). Only 1 is supported (every rank runs its own
     engine on its share of the batch); verl's default is 2."""
-    update_weights_bucket_megabytes: int = 512
+    update_weights_bucket_megabytes: int = ranged(512, POSITIVE)
     """Size of one hand-over of weights to the engine after an update (sglang; the vllm and hf rollouts
     load one tensor at a time and need no buckets)."""
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = ranged(8192, POSITIVE)
     """Token budget of one engine step (vllm)."""
-    max_model_len: int | None = None
+    max_model_len: int | None = ranged(None, POSITIVE)
     """Maximum context of the inference engine (vllm)."""
-    max_num_seqs: int = 1024
+    max_num_seqs: int = ranged(1024, POSITIVE)
     """Concurrent sequences of the inference engine (vllm)."""
-    log_prob_micro_batch_size: int | None = None
+    log_prob_micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size; use log_prob_micro_batch_size_per_gpu."""
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = ranged(None, POSITIVE)
     """Rows per forward when recomputing log-probs (old log-probs and the rollout's own)."""
     log_prob_use_dynamic_bsz: bool = II("actor_rollout_ref.actor.use_dynamic_bsz")
     """Pack log-prob forwards by token count."""
-    log_prob_max_token_len_per_gpu: int = II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+    log_prob_max_token_len_per_gpu: int = ranged(
+        II("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), POSITIVE
+    )
     """Token budget of one log-prob forward."""
     disable_log_stats: bool = True
     """Silence the inference engine's statistics (vllm)."""
@@ -162,7 +173,7 @@ class RolloutConfig:
     """Chunked prefill (vllm)."""
     calculate_log_probs: bool = False
     """Return rollout_log_probs (behaviour log-probs of the sampled tokens; costs one forward pass)."""
-    seed: int = 0
+    seed: int = ranged(0, NON_NEGATIVE)
     """Seed of the sampling RNG (each rank adds its rank); saved in checkpoints for exact resume."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the inference engine (vllm/sglang)."""
@@ -183,20 +194,10 @@ class RolloutConfig:
         return self.mode == "async" and (self.multi_turn.enable or custom)
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.name, ROLLOUT_NAMES, f"{path}.name")
         check_choice(self.dtype, ROLLOUT_DTYPES, f"{path}.dtype")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
-        check(self.n >= 1, f"{path}.n", "at least 1", self.n)
-        check(
-            self.server.timeout_s > 0,
-            f"{path}.server.timeout_s",
-            "a positive number of seconds",
-            self.server.timeout_s,
-        )
-        check(self.temperature >= 0, f"{path}.temperature", "a non-negative number", self.temperature)
-        check(0 < self.top_p <= 1, f"{path}.top_p", "a value in (0, 1]", self.top_p)
-        check(self.response_length > 0, f"{path}.response_length", "a positive integer", self.response_length)
-        check(self.val_kwargs.n >= 1, f"{path}.val_kwargs.n", "at least 1", self.val_kwargs.n)
         mt = self.multi_turn
         check(
             not mt.enable or self.mode == "async",
@@ -211,21 +212,6 @@ class RolloutConfig:
             f"{path}.multi_turn.tool_response_truncate_side",
         )
         check(
-            mt.max_parallel_calls >= 1,
-            f"{path}.multi_turn.max_parallel_calls",
-            "at least 1",
-            mt.max_parallel_calls,
-        )
-        check(
-            mt.max_tool_response_length >= 1,
-            f"{path}.multi_turn.max_tool_response_length",
-            "at least 1",
-            mt.max_tool_response_length,
-        )
-        for name in ("max_assistant_turns", "max_user_turns"):
-            value = getattr(mt, name)
-            check(value is None or value >= 1, f"{path}.multi_turn.{name}", "null or at least 1", value)
-        check(
             self.name != "server",
             f"{path}.name",
             "hf, vllm or sglang (server is not available yet)",
@@ -238,12 +224,3 @@ class RolloutConfig:
             "not supported yet)",
             self.tensor_model_parallel_size,
         )
-        check(
-            self.update_weights_bucket_megabytes > 0,
-            f"{path}.update_weights_bucket_megabytes",
-            "a positive number of MiB",
-            self.update_weights_bucket_megabytes,
-        )
-        if self.weight_sync_check_tol is not None:
-            tol = self.weight_sync_check_tol
-            check(tol > 0, f"{path}.weight_sync_check_tol", "a positive number or null", tol)

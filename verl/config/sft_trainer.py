@@ -18,7 +18,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ModelConfig
-from verl.config.base import ConfigError, check, check_choice
+from verl.config.base import (
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 from verl.config.compat import check_known_keys, get_key, is_schema_key, set_key
 from verl.config.data import CustomDatasetClassConfig
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
@@ -48,20 +58,20 @@ class SFTDataConfig:
     """Training parquet file(s): a path or a list; each row is a chat (messages_key) or a prompt/response pair."""
     val_files: Any = None
     """Validation parquet file(s); null: no validation loss."""
-    train_batch_size: int = 256
+    train_batch_size: int = ranged(256, POSITIVE)
     """Rows per optimizer step, over all ranks."""
-    micro_batch_size_per_gpu: int = 4
+    micro_batch_size_per_gpu: int = ranged(4, POSITIVE)
     """Rows per forward/backward on one rank (also the validation batch); ignored with use_dynamic_bsz."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = ranged(None, POSITIVE)
     """Deprecated global micro batch size (fsdp_sft_trainer); converted to micro_batch_size_per_gpu =
     micro_batch_size // world size at start-up."""
     use_dynamic_bsz: bool = True
     """Fill micro-batches up to max_token_len_per_gpu tokens instead of a fixed row count."""
-    max_token_len_per_gpu: int = 8192
+    max_token_len_per_gpu: int = ranged(8192, POSITIVE)
     """Token budget of one micro-batch with use_dynamic_bsz."""
-    train_max_samples: int = -1
+    train_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N training rows (-1: all)."""
-    val_max_samples: int = -1
+    val_max_samples: int = ranged(-1, at_least(1, also=(-1,)))
     """Use only the first N validation rows (-1: all)."""
     messages_key: str = "messages"
     """Column with the chat: a list of {role, content[, tool_calls]} (or its JSON text)."""
@@ -78,7 +88,7 @@ class SFTDataConfig:
     """Pair mode: the response column (a string), trained on as one assistant turn."""
     multiturn: MultiturnConfig = field(default_factory=MultiturnConfig)
     """fsdp_sft_trainer's multi-turn keys."""
-    max_length: int = 1024
+    max_length: int = ranged(1024, POSITIVE)
     """Longest tokenized row; longer rows follow truncation."""
     truncation: str = "error"
     """A row longer than max_length: error (names the file and row) | left (keep the end) | right (keep the start)."""
@@ -94,7 +104,7 @@ class SFTDataConfig:
     """verl: copy the data to /dev/shm first. No effect here (read in place)."""
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of tokenizer.apply_chat_template."""
-    num_workers: int = 8
+    num_workers: int = ranged(8, NON_NEGATIVE)
     """verl: data-loader worker processes. No effect here: rows are tokenized in the training process, which
     keeps the loader's position exact for resume."""
     ignore_input_ids_mismatch: bool = False
@@ -104,16 +114,7 @@ class SFTDataConfig:
     """Shuffle the training rows every epoch (a seeded order: trainer.seed)."""
 
     def validate(self, path: str) -> None:
-        check(
-            self.train_batch_size > 0, f"{path}.train_batch_size", "a positive number", self.train_batch_size
-        )
-        check(
-            self.micro_batch_size_per_gpu > 0,
-            f"{path}.micro_batch_size_per_gpu",
-            "a positive number",
-            self.micro_batch_size_per_gpu,
-        )
-        check(self.max_length > 0, f"{path}.max_length", "a positive number", self.max_length)
+        check_ranges(self, path)
         check(
             not self.use_dynamic_bsz or self.max_token_len_per_gpu >= self.max_length,
             f"{path}.max_token_len_per_gpu",
@@ -138,19 +139,10 @@ class SFTModelConfig(ModelConfig):
     fsdp_config: FSDPConfig | None = None
     """fsdp_sft_trainer's spelling of the engine section (converted onto engine when set)."""
 
-    def validate(self, path: str) -> None:
-        super().validate(path)
-        check(
-            self.lora_rank >= 0,
-            f"{path}.lora_rank",
-            "0 (train all weights) or a positive LoRA rank",
-            self.lora_rank,
-        )
-
 
 @dataclass
 class SFTOptimConfig(OptimConfig):
-    warmup_steps_ratio: float | None = None
+    warmup_steps_ratio: float | None = ranged(None, FRACTION)
     """fsdp_sft_trainer's spelling of lr_warmup_steps_ratio (converted onto it when set)."""
     lr_scheduler: str | None = None
     """fsdp_sft_trainer's spelling of lr_scheduler_type (converted onto it when set)."""
@@ -166,21 +158,21 @@ class SFTTrainerSection:
     """Project name for loggers and the checkpoint dir."""
     experiment_name: str = "test"
     """Run name for loggers and the checkpoint dir."""
-    total_epochs: int = 4
+    total_epochs: int = ranged(4, at_least(1))
     """Passes over the training data."""
-    total_training_steps: int | None = None
+    total_training_steps: int | None = ranged(None, at_least(1))
     """Stop after this many optimizer steps (overrides total_epochs when set)."""
     logger: Any = field(default_factory=lambda: ["console", "wandb"])
     """Loggers: a list of console, file, tensorboard, wandb, mlflow, or one name."""
-    seed: int = 1
+    seed: int = ranged(1, NON_NEGATIVE)
     """Seed of the data order and of torch (every rank the same)."""
-    save_freq: int = -1
+    save_freq: int = ranged(-1, at_least(-1))
     """Save a checkpoint every N steps and after the last (-1: never)."""
-    test_freq: int = -1
+    test_freq: int = ranged(-1, at_least(-1))
     """Compute the validation loss every N steps (-1: only before training and after the last step)."""
     val_before_train: bool = True
     """Compute the validation loss once before the first step (the 'before' of before-and-after)."""
-    max_ckpt_to_keep: int | None = None
+    max_ckpt_to_keep: int | None = ranged(None, NON_NEGATIVE)
     """Keep only the newest N checkpoints (null: all)."""
     balance_batch: bool = True
     """Give every data-parallel rank a similar number of tokens (rows dealt by length)."""
@@ -190,23 +182,23 @@ class SFTTrainerSection:
     """Checkpoint dir (global_step_N) to resume from when resume_mode=resume_path."""
     device: str = "auto"
     """auto (cuda if available, else cpu) | cuda | cpu."""
-    nnodes: int = 1
+    nnodes: int = ranged(1, at_least(1))
     """verl: nodes of the torchrun job. Informational here: the world size comes from torchrun's environment."""
-    n_gpus_per_node: int = 1
+    n_gpus_per_node: int = ranged(1, at_least(1))
     """verl: processes per node of the torchrun job. Informational here: the world size comes from torchrun."""
     profile_interval: list[int] = field(default_factory=lambda: [-1, -1])
     """verl: steps to profile. No effect here (no profiler hooks in the SFT loop)."""
-    nccl_timeout: float = 600.0
+    nccl_timeout: float = ranged(600.0, POSITIVE)
     """Seconds a collective may wait before the process group fails (instead of hanging)."""
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         if isinstance(self.logger, str):
             self.logger = [self.logger]
         for name in self.logger:
             check_choice(name, LOGGERS, f"{path}.logger")
         check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
         check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
-        check(self.total_epochs > 0, f"{path}.total_epochs", "a positive number", self.total_epochs)
         check(
             self.default_hdfs_dir is None,
             f"{path}.default_hdfs_dir",
@@ -229,18 +221,18 @@ class SFTTrainerConfig:
     """What a checkpoint holds and what resume restores."""
     trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
     """Loop length, devices, logging, checkpoints."""
-    ulysses_sequence_parallel_size: int | None = None
+    ulysses_sequence_parallel_size: int | None = ranged(None, at_least(1))
     """fsdp_sft_trainer's spelling of engine.ulysses_sequence_parallel_size (converted onto it when set)."""
     use_remove_padding: bool | None = None
     """fsdp_sft_trainer's spelling of model.use_remove_padding (converted onto it when set)."""
 
     def validate(self) -> None:
+        check_ranges(self)
         for section in fields(self):
             value = getattr(self, section.name)
             if hasattr(value, "validate"):
                 value.validate(section.name)
         sp = self.engine.ulysses_sequence_parallel_size
-        check(sp >= 1, "engine.ulysses_sequence_parallel_size", "a positive number of ranks", sp)
         check(
             sp == 1 or self.model.use_remove_padding,
             "engine.ulysses_sequence_parallel_size",

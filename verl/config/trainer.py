@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import check, check_choice
+from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
 
 LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 
@@ -17,9 +17,9 @@ class TrainerConfig:
     its own pool, generating ahead of the trainer; see the async_training section)."""
     balance_batch: bool = True
     """Reorder rows so every data-parallel rank gets a similar number of tokens."""
-    total_epochs: int = 30
+    total_epochs: int = ranged(30, at_least(1))
     """Passes over the training data."""
-    total_training_steps: int | None = None
+    total_training_steps: int | None = ranged(None, at_least(1))
     """Stop after this many steps (overrides total_epochs when set)."""
     project_name: str = "verl_examples"
     """Project name for loggers and the checkpoint dir."""
@@ -27,21 +27,21 @@ class TrainerConfig:
     """Run name for loggers and the checkpoint dir."""
     logger: Any = field(default_factory=lambda: ["console", "wandb"])
     """Loggers: a list of console, file, tensorboard, wandb, mlflow, or one name (trainer.logger=console)."""
-    log_val_generations: int = 0
+    log_val_generations: int = ranged(0, NON_NEGATIVE)
     """Validation samples (input, output, score) to log each validation."""
     rollout_data_dir: str | None = None
     """Dump each step's rollouts as jsonl here (null: no dump)."""
     validation_data_dir: str | None = None
     """Dump validation generations as jsonl here (null: no dump)."""
-    nnodes: int = 1
+    nnodes: int = ranged(1, at_least(1))
     """Nodes of the Ray cluster used for the actor/rollout/ref pool."""
-    n_gpus_per_node: int = 8
+    n_gpus_per_node: int = ranged(8, at_least(1))
     """Devices per node; on CPU, the number of worker processes (ranks) per node."""
     device: str = "auto"
     """auto (cuda if available, else cpu) | cuda | cpu."""
-    cpus_per_worker: float = 1.0
+    cpus_per_worker: float = ranged(1.0, POSITIVE)
     """CPU cores reserved per worker process (on CPU, also its torch thread count)."""
-    save_freq: int = -1
+    save_freq: int = ranged(-1, at_least(-1))
     """Save a checkpoint every N steps (-1: never, except as asked by other options)."""
     resume_mode: str = "auto"
     """auto (resume from the latest checkpoint if any) | disable | resume_path."""
@@ -51,10 +51,10 @@ class TrainerConfig:
     """Validate once before the first step."""
     val_only: bool = False
     """Only validate, then exit."""
-    test_freq: int = -1
+    test_freq: int = ranged(-1, at_least(-1))
     """Validate every N steps and after the last one; -1 (or 0): never during training, only before it
     (``val_before_train``), as in verl."""
-    critic_warmup: int = 0
+    critic_warmup: int = ranged(0, NON_NEGATIVE)
     """Steps that train only the critic before the actor starts updating."""
     skip_on_policy_old_log_prob: bool = True
     """Skip the old-log-prob forward when the update is provably on-policy (sync trainer, one PPO epoch,
@@ -67,23 +67,23 @@ class TrainerConfig:
     """Delete the local checkpoint after resuming from it (refused: without HDFS it is the only copy)."""
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     """Where checkpoints go (global_step_N/ below it)."""
-    max_actor_ckpt_to_keep: int | None = None
+    max_actor_ckpt_to_keep: int | None = ranged(None, NON_NEGATIVE)
     """Keep at most this many actor checkpoints (null: all)."""
-    max_critic_ckpt_to_keep: int | None = None
+    max_critic_ckpt_to_keep: int | None = ranged(None, NON_NEGATIVE)
     """Keep at most this many critic checkpoints (null: all)."""
-    max_restarts: int = 0
+    max_restarts: int = ranged(0, NON_NEGATIVE)
     """When a worker dies or hangs: rebuild the worker groups and resume from the last
     checkpoint, at most this many times (0: fail at once). Needs save_freq > 0 to lose little."""
-    max_consecutive_nan_steps: int = 5
+    max_consecutive_nan_steps: int = ranged(5, at_least(1))
     """Stop with an error after this many steps in a row whose update was skipped for a
     non-finite loss or gradient norm (each skip is a warning and counts in training/nan_skipped_steps)."""
-    ray_wait_register_center_timeout: int = 300
+    ray_wait_register_center_timeout: int = ranged(300, POSITIVE)
     """Seconds to wait for worker processes to start."""
-    worker_call_timeout_s: float = 3600.0
+    worker_call_timeout_s: float = ranged(3600.0, POSITIVE)
     """Seconds a single worker-group call may take before the run fails with a timeout error (holding the late ranks' stacks)."""
-    step_timeout_s: float | None = 7200.0
+    step_timeout_s: float | None = ranged(7200.0, POSITIVE)
     """Seconds without a finished training step after which every process's stack is printed and the run exits non-zero (null: off)."""
-    seed: int = 1
+    seed: int = ranged(1, NON_NEGATIVE)
     """Seed of the driver's RNGs (python, numpy, torch)."""
     profile_steps: Any = None
     """Steps to profile (not supported yet: accepted, listed as inert at start-up)."""
@@ -97,6 +97,7 @@ class TrainerConfig:
             self.logger = [self.logger]
 
     def validate(self, path: str) -> None:
+        check_ranges(self, path)
         check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
@@ -118,23 +119,11 @@ class TrainerConfig:
         )
         for name in self.logger:
             check_choice(name, LOGGERS, f"{path}.logger")
-        check(self.n_gpus_per_node >= 1, f"{path}.n_gpus_per_node", "at least 1", self.n_gpus_per_node)
-        check(self.nnodes >= 1, f"{path}.nnodes", "at least 1", self.nnodes)
-        check(self.max_restarts >= 0, f"{path}.max_restarts", "0 or more", self.max_restarts)
-        check(
-            self.max_consecutive_nan_steps >= 1,
-            f"{path}.max_consecutive_nan_steps",
-            "at least 1",
-            self.max_consecutive_nan_steps,
-        )
-        check(self.total_epochs >= 1, f"{path}.total_epochs", "at least 1", self.total_epochs)
-        steps = self.total_training_steps
-        check(steps is None or steps >= 1, f"{path}.total_training_steps", "null or at least 1", steps)
 
 
 @dataclass
 class RayInitConfig:
-    num_cpus: int | None = None
+    num_cpus: int | None = ranged(None, at_least(1))
     """CPUs Ray may use on this machine (null: all)."""
     address: str | None = None
     """Address of an existing Ray cluster (null: start a local one)."""
