@@ -15,14 +15,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from recipe.dapo.dapo_ray_trainer import RayDAPOTrainer
-from verl.config.cli import prepare_argv
+from verl.config.cli import prepare_argv, user_errors_as_one_line
 from verl.config.ppo_trainer import to_typed_config
 from verl.trainer.main_ppo import run_ppo
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
-    run_ppo(to_typed_config(cfg), list(HydraConfig.get().overrides.task), trainer_cls=RayDAPOTrainer)
+    with user_errors_as_one_line():
+        run_ppo(to_typed_config(cfg), list(HydraConfig.get().overrides.task), trainer_cls=RayDAPOTrainer)
 
 
 if __name__ == "__main__":

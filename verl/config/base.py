@@ -17,9 +17,13 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from verl.utils.errors import UserInputError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserInputError, ValueError):
     """A configuration value is invalid; the message names the full key."""
+
+    kind = "config"
 
 
 def check(condition: bool, key: str, expected: str, got: Any) -> None:

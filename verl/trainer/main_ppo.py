@@ -25,7 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from verl.config.cli import prepare_argv
+from verl.config.cli import prepare_argv, user_errors_as_one_line
 from verl.config.compat import refuse_recipe_only_keys
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
@@ -89,7 +89,8 @@ def _fit_with_restarts(config: PPOTrainerConfig, trainer_cls: type) -> dict[str,
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
-    run_ppo(to_typed_config(cfg), list(HydraConfig.get().overrides.task))
+    with user_errors_as_one_line():
+        run_ppo(to_typed_config(cfg), list(HydraConfig.get().overrides.task))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from verl.config.cli import user_errors_as_one_line
 from verl.config.rm_trainer import RMTrainerConfig
 from verl.protocol import DataProto
 from verl.trainer.builtin_model import ensure_builtin_model
@@ -180,7 +181,8 @@ def main_with_config(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="config", config_name="rm_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
-    main_with_config(cfg)
+    with user_errors_as_one_line():
+        main_with_config(cfg)
 
 
 if __name__ == "__main__":

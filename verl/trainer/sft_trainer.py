@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from verl.config.base import ConfigError, check
+from verl.config.cli import check_argv, user_errors_as_one_line
 from verl.config.compat import strip_schema_plus
 from verl.config.ppo_trainer import CONFIG_DIR
 from verl.config.sft_trainer import SFTTrainerConfig, load_sft_config, to_typed_sft_config
@@ -470,25 +471,21 @@ def main_with_config(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="config", config_name="sft_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
-    main_with_config(cfg)
+    with user_errors_as_one_line():
+        main_with_config(cfg)
 
 
 def prepare_sft_argv(
     argv: list[str], config_name: str = "sft_trainer", schema: type | None = None
 ) -> list[str]:
-    """``+key`` for a schema key becomes ``key``; with ``--cfg`` the config is validated first."""
-    from hydra._internal.utils import get_args_parser
-
+    """``+key`` for a schema key becomes ``key``; the config is composed (with ``--cfg`` validated)
+    before Hydra starts, a mistake in it reported as one line (:func:`verl.config.cli.check_argv`)."""
     schema = schema or SFTTrainerConfig
-    argv = strip_schema_plus(list(argv), schema)
-    args, _ = get_args_parser().parse_known_args(argv)
-    if args.cfg is not None:
-        try:
-            load_sft_config(args.overrides, config_dir=CONFIG_DIR, config_name=config_name, schema=schema)
-        except ConfigError as error:
-            print(f"Error in the config: {error}", file=sys.stderr)
-            sys.exit(1)
-    return argv
+
+    def load(overrides: list[str], name: str, directory: str) -> None:
+        load_sft_config(overrides, config_dir=directory, config_name=name, schema=schema)
+
+    return check_argv(strip_schema_plus(list(argv), schema), config_name, CONFIG_DIR, load)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,16 @@ import torch
 from torch import nn
 
 from verl.utils.checkpoint_io import find_unreadable_safetensors, read_error
+from verl.utils.errors import UserInputError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "org/name"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
-class ModelPathError(FileNotFoundError):
+class ModelPathError(UserInputError, FileNotFoundError):
     """A model or tokenizer path is not a usable Hugging Face directory; the message says why."""
+
+    kind = "model"
 
 
 def _path(path: str, need: str = "model", key: str = "actor_rollout_ref.model.path") -> str:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from verl.utils.errors import UserInputError
+
 __all__ = [
     "REQUIRED_COLUMNS",
     "DatasetError",
@@ -44,8 +46,10 @@ OPTIONAL_COLUMNS = ("ability", "extra_info")
 """Columns the schema defines but the loader does not insist on (older datasets may lack them)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(UserInputError, ValueError):
     """A dataset file is unreadable or a row breaks the schema; the message names file, row, column."""
+
+    kind = "data"
 
 
 def where(file: str, row: int | None = None, column: str | None = None) -> str:

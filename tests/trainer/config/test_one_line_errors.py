@@ -1,0 +1,111 @@
+"""A mistake in the config, the data or the model is one line on stderr, not a traceback; the
+traceback is still there with ``HYDRA_FULL_ERROR=1``, and in-process callers get the exception."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl.config.base import ConfigError
+from verl.config.cli import user_errors_as_one_line
+from verl.utils.dataset.schema import DatasetError
+from verl.utils.model import ModelPathError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def run(module: str, *args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m module args`` from an empty folder (Hydra writes its log there)."""
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": pythonpath, "HYDRA_FULL_ERROR": "0", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "override", "line"),
+    [
+        (
+            "verl.trainer.main_ppo",
+            "actor_rollout_ref.model.lora_rank=-8",
+            "Error in the config: actor_rollout_ref.model.lora_rank: expected at least 0, got -8",
+        ),
+        (
+            "verl.trainer.main_ppo",
+            "trainer.total_training_steps=-3",
+            "Error in the config: trainer.total_training_steps: expected null or at least 1, got -3",
+        ),
+        (  # refused by Hydra itself, before the job starts
+            "verl.trainer.main_ppo",
+            "trainer.no_such_key=1",
+            "Error in the config: trainer.no_such_key: unknown key; this project does not read it "
+            "(--cfg job prints the keys it knows)",
+        ),
+        (
+            "verl.trainer.sft_trainer",
+            "optim.weight_decay=-1",
+            "Error in the config: optim.weight_decay: expected at least 0, got -1.0",
+        ),
+        (
+            "verl.trainer.rm_trainer",
+            "data.train_batch_size=0",
+            "Error in the config: data.train_batch_size: expected a positive integer, got 0",
+        ),
+        (
+            "recipe.dapo.main_dapo",
+            "algorithm.gamma=2",
+            "Error in the config: algorithm.gamma: expected a value in [0, 1], got 2.0",
+        ),
+    ],
+    ids=["ppo", "ppo-steps", "ppo-unknown-key", "sft", "rm", "dapo"],
+)
+def test_a_bad_value_is_one_line_and_a_failed_exit(module, override, line, tmp_path):
+    out = run(module, override, tmp_path=tmp_path)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == line, out.stderr[-3000:]
+    assert out.stderr.count("Error in the") == 1
+
+
+def test_hydra_full_error_shows_the_traceback(tmp_path):
+    out = run(
+        "verl.trainer.main_ppo",
+        "actor_rollout_ref.model.lora_rank=-8",
+        tmp_path=tmp_path,
+        HYDRA_FULL_ERROR="1",
+    )
+    assert out.returncode != 0
+    assert "Traceback" in out.stderr
+    assert "ConfigError: actor_rollout_ref.model.lora_rank: expected at least 0, got -8" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (ConfigError("data.train_batch_size: expected a positive integer, got 0"), "Error in the config: "),
+        (DatasetError("train.parquet: expected the columns 'prompt'"), "Error in the data: "),
+        (
+            ModelPathError("actor_rollout_ref.model.path='/x': the directory /x does not exist"),
+            "Error in the model: ",
+        ),
+    ],
+)
+def test_each_kind_of_user_error_is_one_line(error, line, capsys):
+    with pytest.raises(SystemExit) as exit_, user_errors_as_one_line():
+        raise error
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == f"{line}{error}\n"
+
+
+def test_other_errors_pass_through():
+    with pytest.raises(RuntimeError, match="a bug"), user_errors_as_one_line():
+        raise RuntimeError("a bug")
