@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 
@@ -29,7 +30,7 @@ def train_for(overrides: list[str], seconds: float, warmup: int = 3) -> dict[str
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     config = load_config(["trainer.logger=[console]", "trainer.total_training_steps=10000", *overrides])
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     builders.init_ray(config)
     trainer = (AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer)(config)
     try:

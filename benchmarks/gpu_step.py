@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from verl.algorithms.advantages import compute_advantage
+from verl.builtin.task import build_char_tokenizer
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.utils.builtin import build_char_tokenizer
 from verl.workers.rollout.base import response_tensors
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import builders
 from verl.utils.model import load_tokenizer
@@ -42,7 +43,7 @@ def framework_step_times(steps: int, warmup: int, *overrides: str) -> list[float
             *overrides,
         ]
     )
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     builders.init_ray(config)
     trainer = RayPPOTrainer(config)
     trainer.init_workers()

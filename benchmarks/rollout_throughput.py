@@ -26,10 +26,10 @@ import time
 
 import torch
 
+from verl.builtin import task as builtin
+from verl.builtin.warmup import ensure_builtin_model
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
-from verl.trainer.builtin_model import ensure_builtin_model
-from verl.utils import builtin
 from verl.utils.model import load_tokenizer
 from verl.workers.rollout import build_rollout
 
@@ -63,7 +63,7 @@ def medium_model_dir(root: str) -> str:
 
 
 def prompt_batch(tokenizer, rows: int) -> DataProto:
-    from verl.utils.dataset.arith import make_arith_rows
+    from verl.builtin.arith import make_arith_rows
 
     texts = [r["prompt"][0]["content"] for r in make_arith_rows(num_rows=rows, seed=0, split="bench")]
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

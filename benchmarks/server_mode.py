@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rollout_throughput import THREADS, medium_model_dir, prompt_batch
 
+from verl.builtin import task as builtin
+from verl.builtin.warmup import ensure_builtin_model
 from verl.config.ppo_trainer import load_config
-from verl.trainer.builtin_model import ensure_builtin_model
-from verl.utils import builtin
 from verl.utils.model import eos_token_ids, load_tokenizer
 from verl.workers.rollout import build_rollout, build_server
 from verl.workers.rollout.server_client import ServerRolloutClient, post_json

@@ -59,10 +59,11 @@ def ray_session():
 @pytest.fixture(scope="session")
 def builtin_assets() -> dict[str, str]:
     """The built-in arithmetic task and tiny model (built on first use), as config paths."""
-    from verl.trainer.builtin_model import ensure_builtin_model
-    from verl.utils import builtin
+    from verl.builtin import task as builtin
+    from verl.builtin.warmup import ensure_builtin_model
+    from verl.utils.cache import cache_dir
 
-    cache = builtin.cache_dir()
+    cache = cache_dir()
     paths = {
         "model": str(builtin.builtin_model_dir()),
         "train": str(cache / "data" / "arith" / "train.parquet"),

@@ -154,7 +154,7 @@ def check_ray(config) -> Iterator[Finding]:
 
 
 def check_paths(config) -> Iterator[Finding]:
-    from verl.utils.builtin import is_builtin_model
+    from verl.builtin.assets import is_builtin_model
 
     model = config.actor_rollout_ref.model.path
     local = Path(model).expanduser()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verl.utils.dataset.arith import write_arith_parquet
+from verl.builtin.arith import write_arith_parquet
 
 
 def main(argv: list[str] | None = None) -> tuple[Path, Path]:

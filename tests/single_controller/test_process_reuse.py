@@ -24,7 +24,7 @@ from verl.single_controller.ray import (
 from verl.single_controller.ray.resource_pool import REUSE_ENV
 from verl.single_controller.worker import Worker
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl.utils.model import _import_external
+from verl.utils.model import import_external_lib
 
 RUN = [*SHORT, "trainer.n_gpus_per_node=2", "trainer.cpus_per_worker=1"]
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
@@ -87,7 +87,7 @@ class ThreadLeavingWorker(Worker):
 class PluginWorker(Worker):
     def __init__(self) -> None:
         super().__init__()
-        _import_external("tests.single_controller.workers")  # as model.external_lib would
+        import_external_lib("tests.single_controller.workers")  # as model.external_lib would
 
     def process_reusable(self) -> bool:
         return True

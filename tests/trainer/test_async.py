@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.trainer.fit import fit_trainer
+from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
-from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer, sample_staleness
 
 RUN = [
@@ -82,7 +82,7 @@ def test_staleness_never_exceeds_the_bound(ray_session, builtin_assets, tmp_path
         f"async_training.weight_dir={tmp_path / 'weights'}",
     ]
     config = load_config(overrides)
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     trainer = AsyncPPOTrainer(config)
     try:
         trainer.init_workers()
@@ -143,7 +143,7 @@ def test_an_async_run_learns_the_default_task(ray_session, builtin_assets):
         "actor_rollout_ref.actor.tis_imp_ratio_cap=2.0",
     ]
     config = load_config(overrides)
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     trainer = fit_trainer(config, AsyncPPOTrainer)
     (_, before), (_, after) = trainer.validator.history[0], trainer.validator.history[-1]
     key = "val-core/arith/acc/mean@1"

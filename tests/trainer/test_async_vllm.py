@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.test_vllm_learning import needs_vllm
+from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
-from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 
 STEPS = 50
@@ -34,7 +34,7 @@ def test_two_vllm_replicas_keep_the_staleness_bound_and_learn():
         f"trainer.test_freq={STEPS}",
     ]
     config = load_config(overrides)
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     trainer = AsyncPPOTrainer(config)
     try:
         trainer.init_workers()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from verl.trainer import builtin_model
-from verl.utils import builtin
-from verl.utils.dataset.arith import make_arith_rows
+from verl.builtin import task as builtin
+from verl.builtin import warmup as builtin_model
+from verl.builtin.arith import make_arith_rows
 
 
 def plain_warmup(model, tokenizer) -> None:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from verl.builtin.assets import prepare_preference_assets
 from verl.config.base import ConfigError
 from verl.config.rm_trainer import load_rm_config
 from verl.model_merger.fsdp import merge_fsdp_checkpoint
@@ -23,6 +24,7 @@ def train(tmp_path, overrides: list[str]) -> RewardModelTrainer:
     config = load_rm_config(
         [f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]", *overrides]
     )
+    prepare_preference_assets(config)  # what run_rm does before building the trainer
     trainer = RewardModelTrainer(config)
     try:
         trainer.fit()
@@ -98,6 +100,7 @@ def test_lora_trains_the_adapters_and_the_head_and_both_exports_score_as_trained
             "optim.lr=2e-3",
         ]
     )
+    prepare_preference_assets(config)
     trainer = RewardModelTrainer(config)
     module = trainer.engine.module
     trainable = {n for n, p in module.named_parameters() if p.requires_grad}

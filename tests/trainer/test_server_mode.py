@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.workers.rollout.test_vllm_rollout import SMALL_RUN
+from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
-from verl.trainer.ppo import builders
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.workers.rollout.server_client import ServerRolloutClient
@@ -70,7 +70,7 @@ def test_async_trainer_on_two_server_replicas_keeps_the_staleness_bound():
         f"trainer.test_freq={steps}",
     ]
     config = load_config(overrides)
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     trainer = AsyncPPOTrainer(config)
     try:
         trainer.init_workers()

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.fit import fit_trainer
+from verl.builtin import task as builtin
 from verl.config.base import ConfigError
 from verl.config.sft_trainer import load_sft_config
 from verl.model_merger.fsdp import merge_fsdp_checkpoint
 from verl.trainer.sft_trainer import SFTTrainer, run_sft
-from verl.utils import builtin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUIET = ["trainer.logger=[file]", "trainer.project_name=sft", "trainer.experiment_name=run"]

@@ -16,13 +16,12 @@ import os
 import pytest
 
 from tests.trainer.fit import fit_trainer
+from verl.builtin.assets import is_builtin_model, prepare_ppo_assets
+from verl.builtin.tool_task import build_tool_tokenizer, demonstrations, tool_call_text
 from verl.config.ppo_trainer import load_config
 from verl.experimental.agent_loop.agent_loop import render_continuation, render_messages
 from verl.experimental.agent_loop.tool_parser import parse_hermes
 from verl.tools.tool_registry import initialize_tools_from_config
-from verl.trainer.ppo.builders import prepare_builtin_assets
-from verl.utils.builtin import is_builtin_model
-from verl.utils.builtin_tool_task import build_tool_tokenizer, demonstrations, tool_call_text
 from verl.utils.reward_score import default_compute_score
 
 ACC = "val-core/tool_arith/acc/mean@1"
@@ -106,7 +105,7 @@ def test_the_tool_preset_raises_accuracy_and_tool_success(tmp_path, engine):
         ],
         config_name="tool_agent_trainer",
     )
-    prepare_builtin_assets(config)  # the tool task and model, built on first use
+    prepare_ppo_assets(config)  # the tool task and model, built on first use
     trainer = fit_trainer(config)
     (first_step, first), (last_step, last) = trainer.validator.history[0], trainer.validator.history[-1]
     assert (first_step, last_step) == (0, STEPS)

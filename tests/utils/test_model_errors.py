@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl.utils.builtin import build_char_tokenizer, build_tiny_qwen2
+from verl.builtin.task import build_char_tokenizer, build_tiny_qwen2
 from verl.utils.checkpoint_io import CheckpointReadError
 from verl.utils.model import ModelPathError, load_causal_lm, load_tokenizer
 

@@ -10,10 +10,10 @@ import importlib.util
 import pytest
 import torch
 
+from verl.builtin.task import build_char_tokenizer, build_tiny_qwen2
 from verl.config.actor import ModelConfig
 from verl.config.critic import CriticModelConfig
 from verl.config.engine import FSDPConfig
-from verl.utils.builtin import build_char_tokenizer, build_tiny_qwen2
 from verl.utils.model import load_causal_lm, load_value_model
 from verl.workers import cpu_attention
 from verl.workers.cpu_attention import default_attention

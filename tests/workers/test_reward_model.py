@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from verl.builtin import task as builtin
 from verl.config.reward import RewardModelConfig
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
-from verl.utils import builtin
 from verl.utils.model import ModelPathError, TokenizerSource, load_reward_model
 from verl.utils.reward_inputs import render_conversation
 from verl.workers.reward_model import RewardModelWorker

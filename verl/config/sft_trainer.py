@@ -29,9 +29,10 @@ from verl.config.base import (
     check_ranges,
     ranged,
 )
-from verl.config.compat import check_known_keys, get_key, is_schema_key, set_key
+from verl.config.compat import check_known_keys
 from verl.config.data import CustomDatasetClassConfig
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.keypaths import get_key, is_schema_key, set_key
 from verl.config.trainer import LOGGERS
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from verl.config.base import ConfigError
+from verl.config.keypaths import set_key, within_schema
 
 KEYS_FILE = Path(__file__).with_name("verl091_keys.json")
 SECTION = "verl_extras"
@@ -92,7 +93,6 @@ def verl_keys() -> dict[str, Any]:
 
 def is_extra_key(key: str, schema: type) -> bool:
     """A key of verl 0.9.1 that this schema does not have (nor holds inside a free-form dict)."""
-    from verl.config.compat import within_schema
 
     return key in verl_keys() and not within_schema(schema, key)
 
@@ -125,7 +125,6 @@ def given_extra_keys(config: Any) -> dict[str, Any]:
 def check_verl_extras(config: Any) -> list[str]:
     """Convert the aliases onto their keys (returns a note for each), refuse a feature key set away
     from verl's default; the rest stay in ``verl_extras`` and are noted as having no effect."""
-    from verl.config.compat import set_key
 
     notes = []
     for key, value in given_extra_keys(config).items():

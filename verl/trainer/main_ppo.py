@@ -25,6 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from verl.builtin.assets import is_builtin_model, prepare_ppo_assets
 from verl.config.cli import prepare_argv, user_errors_as_one_line
 from verl.config.compat import refuse_recipe_only_keys
 from verl.config.notes import log_config_notes
@@ -54,9 +55,10 @@ def run_ppo(
         refuse_recipe_only_keys(config)
         trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
-    builders.prepare_builtin_assets(config)
+    prepare_ppo_assets(config)
     builders.init_ray(config)
-    log_config_notes(config, builders.resolve_device(config), overrides or [])
+    builtin_model = is_builtin_model(config.actor_rollout_ref.model.path)
+    log_config_notes(config, builders.resolve_device(config), overrides or [], builtin_model)
     try:
         return _fit_with_restarts(config, trainer_cls)
     finally:

@@ -33,12 +33,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from verl.builtin.assets import prepare_preference_assets
 from verl.config.cli import user_errors_as_one_line
 from verl.config.rm_trainer import RMTrainerConfig
 from verl.protocol import DataProto
-from verl.trainer.builtin_model import ensure_builtin_model
-from verl.trainer.sft_trainer import SFTTrainer, _all_reduce_sum, prepare_sft_argv, run_sft
-from verl.utils import builtin
+from verl.trainer.sft_loop import SFTTrainer, _all_reduce_sum
+from verl.trainer.sft_trainer import prepare_sft_argv, run_sft
 from verl.utils.dataset.preference_dataset import PreferenceDataset
 from verl.utils.model import load_reward_model
 from verl.utils.reward_inputs import RM_INPUT_KEYS, last_token_scores, left_padded
@@ -82,14 +82,6 @@ class RewardModelTrainer(SFTTrainer):
             "ForTokenClassification", "ForSequenceClassification"
         )
         return {"architecture": name}
-
-    def _prepare_builtin_assets(self) -> None:
-        data = self.config.data
-        files = [f for f in (data.train_files, data.val_files) if f]
-        builtin.ensure_builtin_preference_data(
-            *[str(p) for f in files for p in ([f] if isinstance(f, str) else f)]
-        )
-        ensure_builtin_model(self.config.model.path)
 
     def row_tokens(self, row: dict[str, list[int]]) -> int:
         return len(row["chosen"]) + len(row["rejected"])
@@ -166,7 +158,7 @@ class RewardModelTrainer(SFTTrainer):
 def run_rm(config: RMTrainerConfig) -> dict[str, float]:
     """Train a reward model from ``config``; prints the validation loss and pairwise accuracy
     before training and after each validation."""
-    return run_sft(config, RewardModelTrainer)
+    return run_sft(config, RewardModelTrainer, prepare_preference_assets)
 
 
 def main_with_config(cfg: DictConfig) -> None:

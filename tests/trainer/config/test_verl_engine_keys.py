@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from verl.config.base import ConfigError
-from verl.config.compat import get_key
+from verl.config.keypaths import get_key
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import load_config
 

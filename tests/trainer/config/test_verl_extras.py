@@ -8,7 +8,7 @@ import pytest
 
 from verl.config.base import ConfigError
 from verl.config.cli import prepare_argv
-from verl.config.compat import within_schema
+from verl.config.keypaths import within_schema
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, load_config
 from verl.config.verl_extras import EXTRA_ALIASES, FEATURES, verl_keys

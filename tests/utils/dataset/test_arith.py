@@ -3,7 +3,7 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from verl.utils.dataset.arith import make_arith_rows, write_arith_parquet
+from verl.builtin.arith import make_arith_rows, write_arith_parquet
 
 
 def test_rows_follow_the_task_contract():

@@ -133,7 +133,8 @@ def test_responses_take_the_rollout_layout():
         sglang_output([4, 4, 4, 4, 4], [-1.0] * 5, "length"),
     ]
     params = SamplingParams(True, 1.0, -1, 1.0, 4, False, False)
-    out = rollout._assemble(prompts, outputs, params, with_lp=True, version=3).batch
+    rows = [output_tokens(output, with_log_probs=True) for output in outputs]
+    out = rollout.assemble(prompts, rows, params, with_log_probs=True, version=3).batch
     assert out["responses"].tolist() == [[5, EOS, 0, 0], [4, 4, 4, 4]]
     assert out["response_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     assert out["rollout_log_probs"].tolist() == [[-0.5, -0.25, 0.0, 0.0], [-1.0] * 4]

@@ -34,6 +34,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.experimental.agent_loop.chat_proxy import ChatProxy
 from verl.protocol import DataProto
+from verl.workers.rollout.sampling import derived_seed
 from verl.workers.rollout.server_client import MAX_CONCURRENCY, SAMPLING_META, PendingBatch
 
 
@@ -89,7 +90,7 @@ class AgentLoopManager:
         ]
         runs = []
         for i, row in enumerate(rows):
-            params = dict(sampling) if seed is None else {**sampling, "seed": int(seed) * 1_000_003 + i}
+            params = dict(sampling) if seed is None else {**sampling, "seed": derived_seed(seed, i)}
             runs.append(self._run(row, params))
         outputs = await asyncio.gather(*runs)
         return self._assemble(outputs, bool(meta.get("validate")))

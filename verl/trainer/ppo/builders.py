@@ -21,24 +21,10 @@ from verl.config.actor import ActorRolloutRefConfig, ModelConfig
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
-from verl.trainer.builtin_model import ensure_builtin_model
-from verl.utils import builtin, builtin_tool_task
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
+from verl.workers.rollout.client import RolloutClient, WorkerGroupClient
 
 logger = logging.getLogger(__name__)
-
-
-def prepare_builtin_assets(config: PPOTrainerConfig) -> None:
-    """Create the built-in task and tiny model on first use (no-op for user data and models)."""
-    files = _as_list(config.data.train_files) + _as_list(config.data.val_files)
-    builtin.ensure_builtin_data(*files)
-    ensure_builtin_model(config.actor_rollout_ref.model.path)
-    builtin_tool_task.ensure_tool_task_data(*files)  # the tool_agent_trainer preset's
-    builtin_tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
-
-
-def _as_list(files: Any) -> list[str]:
-    return [files] if isinstance(files, str) else list(files or [])
 
 
 def init_ray(config: PPOTrainerConfig) -> None:
@@ -331,13 +317,13 @@ def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, Ray
     return class_dict
 
 
-def build_rollout_client(config: PPOTrainerConfig, rollout_wg: Any, tokenizer) -> Any:
-    """What generates a batch: the rollout worker group itself (``rollout.mode=sync``, one
-    batched call per step), or a client of the servers its ranks run (``async``, one request
-    per sample). Both have ``generate_sequences(prompts, blocking=...)``."""
+def build_rollout_client(config: PPOTrainerConfig, rollout_wg: Any, tokenizer) -> RolloutClient:
+    """What generates a batch: the rollout worker group (``rollout.mode=sync``, one batched call
+    per step), or a client of the servers its ranks run (``async``, one request per sample or one
+    agent loop per row)."""
     rollout = config.actor_rollout_ref.rollout
     if rollout.mode == "sync":
-        return rollout_wg
+        return WorkerGroupClient(rollout_wg)
     if rollout.uses_agent_loop:  # one agent loop per row (multi-turn, tools, custom loops)
         from verl.experimental.agent_loop.manager import AgentLoopManager
 

@@ -22,6 +22,8 @@ import random
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -171,3 +173,65 @@ def load_driver_state(folder: str) -> dict[str, Any]:
     """``driver.pt`` of ``folder``; a truncated or corrupt file is an error that names it, its step,
     and the ``resume_from_path`` of the previous complete step."""
     return torch_load(os.path.join(folder, DRIVER_FILE))
+
+
+# ---------------------------------------------------------------------------- one checkpointer
+@dataclass
+class Checkpointer:
+    """Save and resume a run, the same way for RL and SFT.
+
+    A save writes ``global_step_N/``: each part (``actor``, ``critic``, or the SFT trainer's
+    ``model``) through ``write_parts``, then ``driver.pt``, then the pointer (the commit), then
+    rotates the parts' older steps. Several processes (SFT under torchrun) all call :meth:`save`;
+    ``writer`` is the one that prepares the folder and commits, ``barrier`` keeps them in step.
+    """
+
+    root: str
+    """``trainer.default_local_dir``."""
+    resume_mode: str
+    """``trainer.resume_mode``: auto | disable | resume_path."""
+    resume_from_path: str | None
+    """``trainer.resume_from_path``."""
+    world_size: int
+    """Ranks of this run; an exact resume needs the ranks that wrote the checkpoint."""
+    keep: dict[str, int | None] = field(default_factory=dict)
+    """Part -> how many of its latest steps to keep (None: all)."""
+    fault: str = "kill_during_save"
+    """The fault point between the parts and the commit (``VERL_FAULT=<fault>@<step>``)."""
+    writer: bool = True
+    barrier: Callable[[], None] = lambda: None
+
+    def save(self, step: int, write_parts: Callable[[str], None], state: dict[str, Any]) -> str:
+        """Write step ``step`` (``state``: the driver's, global step, ranks and RNGs added) and commit it."""
+        folder = step_dir(self.root, step)
+        if self.writer:
+            prepare_step_dir(self.root, step)
+        self.barrier()
+        write_parts(folder)
+        self.barrier()
+        if self.writer:
+            fault_point(self.fault, step)
+            state = {**state, "global_steps": step, "world_size": self.world_size, "rng": rng_state()}
+            save_driver_state(folder, state)
+            write_pointer(self.root, step)
+            for part, keep in self.keep.items():
+                rotate(self.root, part, keep, step)
+            logger.info("saved checkpoint %s", folder)
+        self.barrier()
+        return folder
+
+    def resume(self) -> tuple[str, dict[str, Any]] | None:
+        """The folder to resume from and its driver state, as ``resume_mode`` says; None to start afresh."""
+        folder = resolve_resume_dir(self.resume_mode, self.root, self.resume_from_path)
+        if folder is None:
+            return None
+        state = load_driver_state(folder)
+        saved_ranks = state.get("world_size", self.world_size)
+        if saved_ranks != self.world_size:
+            raise ValueError(
+                f"{folder} was written by {saved_ranks} ranks but this run has {self.world_size} "
+                "(trainer.nnodes x trainer.n_gpus_per_node, or torchrun's processes); exact resume needs "
+                "the same number. To continue from its weights on another layout, export them with "
+                "`python -m verl.model_merger merge` and start a new run from that model"
+            )
+        return folder, state

@@ -45,6 +45,7 @@ from verl.trainer.ppo.validation import Validator
 from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
+from verl.workers.rollout.client import RolloutClient
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class RayPPOTrainer:
         self.nan_steps = {"consecutive": 0, "total": 0}
         self.wgs: dict = {}
         self.pools: list = []
-        self.rollout_client = None  # the rollout worker group, or a client of its servers
+        self.rollout_client: RolloutClient | None = None  # built with the worker groups
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
@@ -175,9 +176,8 @@ class RayPPOTrainer:
         self.val_reward_fn = ModelScoredReward(self.val_reward_fn, rm_wg)
 
     def close(self) -> None:
-        close_client = getattr(self.rollout_client, "close", None)  # a server client; groups shut down below
-        if close_client is not None:
-            close_client()
+        if self.rollout_client is not None:
+            self.rollout_client.close()
         for fn in (self.reward_fn, self.val_reward_fn):
             fn.close()
         for group in self.wgs.values():  # colocated groups share processes; killing twice is a no-op
@@ -379,51 +379,41 @@ class RayPPOTrainer:
             return {"timing_s/save_checkpoint": timing["save_checkpoint"]}
         return {}
 
+    def checkpointer(self) -> checkpoint.Checkpointer:
+        trainer = self.config.trainer
+        return checkpoint.Checkpointer(
+            trainer.default_local_dir,
+            trainer.resume_mode,
+            trainer.resume_from_path,
+            self.world_size,
+            keep={"actor": trainer.max_actor_ckpt_to_keep, "critic": trainer.max_critic_ckpt_to_keep},
+        )
+
     def save_checkpoint(self) -> str:
         """``global_step_N/{actor,critic,driver.pt}``, then the pointer (the commit), then rotation."""
-        trainer = self.config.trainer
-        root = trainer.default_local_dir
-        folder = checkpoint.prepare_step_dir(root, self.global_steps)
-        self.actor_rollout_wg.save_checkpoint(os.path.join(folder, "actor"))
-        if self.critic_wg is not None:
-            self.critic_wg.save_checkpoint(os.path.join(folder, "critic"))
-        checkpoint.fault_point("kill_during_save", self.global_steps)
-        checkpoint.save_driver_state(folder, self._driver_state())
-        checkpoint.write_pointer(root, self.global_steps)
-        checkpoint.rotate(root, "actor", trainer.max_actor_ckpt_to_keep, self.global_steps)
-        checkpoint.rotate(root, "critic", trainer.max_critic_ckpt_to_keep, self.global_steps)
-        logger.info("saved checkpoint %s", folder)
-        return folder
+
+        def write_parts(folder: str) -> None:
+            self.actor_rollout_wg.save_checkpoint(os.path.join(folder, "actor"))
+            if self.critic_wg is not None:
+                self.critic_wg.save_checkpoint(os.path.join(folder, "critic"))
+
+        return self.checkpointer().save(self.global_steps, write_parts, self._driver_state())
 
     def _driver_state(self) -> dict:
         return {
-            "global_steps": self.global_steps,
             "policy_version": self.policy_version,
-            "world_size": self.world_size,
             "dataloader": self.data.train.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "nan_steps": dict(self.nan_steps),
             "validation_history": list(self.validator.history),
-            "rng": checkpoint.rng_state(),
         }
 
     def _load_checkpoint(self) -> bool:
         """Resume as ``trainer.resume_mode`` says; True when a checkpoint was loaded."""
-        trainer = self.config.trainer
-        folder = checkpoint.resolve_resume_dir(
-            trainer.resume_mode, trainer.default_local_dir, trainer.resume_from_path
-        )
-        if folder is None:
+        found = self.checkpointer().resume()
+        if found is None:
             return False
-        state = checkpoint.load_driver_state(folder)
-        saved_ranks = state.get("world_size", self.world_size)
-        if saved_ranks != self.world_size:
-            raise ValueError(
-                f"{folder} was written by {saved_ranks} ranks but this run has {self.world_size} "
-                "(trainer.nnodes x trainer.n_gpus_per_node); exact resume needs the same number. "
-                "To continue from its weights on another layout, export them with "
-                "`python -m verl.model_merger merge` and start a new run from that model"
-            )
+        folder, state = found
         self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"))
         if self.critic_wg is not None:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"))

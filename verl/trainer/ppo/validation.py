@@ -15,6 +15,7 @@ from verl.trainer.ppo.generation_dump import ground_truths, write_generations
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.val_metrics import flatten_validation_metrics, process_validation_metrics
 from verl.utils.tracking import select_generations
+from verl.workers.rollout.client import RolloutClient
 
 logger = logging.getLogger(__name__)
 
@@ -24,14 +25,14 @@ class Validator:
         self,
         config: PPOTrainerConfig,
         tokenizer: Any,
-        actor_rollout_wg: Any,
+        rollout_client: RolloutClient,
         reward_fn: Any,
         tracker: Any,
         loader: Any,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
-        self.wg = actor_rollout_wg
+        self.rollout_client = rollout_client
         self.reward_fn = reward_fn
         self.tracker = tracker
         self.loader = loader
@@ -63,7 +64,7 @@ class Validator:
             batch = repeat_prompts(batch, f"val-{batch_index}", val_kwargs.n)
             prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
             prompts.meta_info.update(validate=True, do_sample=val_kwargs.do_sample, global_steps=step)
-            attach_responses(batch, self.wg.generate_sequences(prompts))
+            attach_responses(batch, self.rollout_client.generate_sequences(prompts))
             result = self.reward_fn(batch, return_dict=True)
             scores = result["reward_tensor"].sum(-1).tolist()
             infos["reward"].extend(scores)

@@ -7,5 +7,5 @@ preprocessing scripts and the scorer processes do not load torch):
 * :mod:`verl.utils.dataset.records`: raw jsonl/parquet records for ``--local_dataset_path``;
 * :mod:`verl.utils.dataset.rl_dataset`: ``RLHFDataset`` and ``collate_fn``;
 * :mod:`verl.utils.dataset.dataloader`: ``create_rl_dataloader`` (stateful, exact resume);
-* :mod:`verl.utils.dataset.arith`: the built-in arithmetic task of the embedded default.
+* :mod:`verl.builtin.arith`: the built-in arithmetic task of the embedded default.
 """

@@ -1,4 +1,4 @@
-"""Scorer of the built-in arithmetic task (:mod:`verl.utils.dataset.arith`).
+"""Scorer of the built-in arithmetic task (:mod:`verl.builtin.arith`).
 
 The response is correct exactly when, with surrounding whitespace stripped, it equals the
 ground truth (e.g. ``"7"`` for ``"3+4="``). Nothing else is accepted: the embedded tiny model

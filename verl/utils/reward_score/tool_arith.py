@@ -1,4 +1,4 @@
-"""Scorer of the built-in tool task (:mod:`verl.utils.dataset.tool_arith`).
+"""Scorer of the built-in tool task (:mod:`verl.builtin.tool_arith`).
 
 The scored text is the whole decoded trajectory: the model's turns and the tool answers the chat
 template put between them, e.g.::

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from verl.workers.rollout.hf_rollout import HFRollout
-from verl.workers.rollout.sampling import sample_with_uniforms
+from verl.workers.rollout.sampling import derived_seed, sample_with_uniforms
 from verl.workers.rollout.server import Delta, GenerationRequest, StepEngine
 
 
@@ -34,6 +35,10 @@ class _Row:
 
 
 class HFStepEngine(StepEngine):
+    @classmethod
+    def create(cls, rollout: HFRollout, config: Any) -> HFStepEngine:
+        return cls(rollout, config.max_num_seqs)
+
     def __init__(self, rollout: HFRollout, max_num_seqs: int) -> None:
         self.rollout = rollout
         self.max_num_seqs = max(1, max_num_seqs)
@@ -54,7 +59,7 @@ class HFStepEngine(StepEngine):
                 f"[0, {vocab}) (the model's vocabulary)"
             )
         seed = (
-            request.seed if request.seed is not None else self.rollout.seed * 1_000_003 + self.requests_seen
+            request.seed if request.seed is not None else derived_seed(self.rollout.seed, self.requests_seen)
         )
         self.requests_seen += 1
         generator = torch.Generator().manual_seed(int(seed))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +29,7 @@ from transformers import DynamicCache
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
+from verl.utils.model import eos_token_ids, load_causal_lm
 from verl.workers.engine.micro_batch import split_micro_batches
 from verl.workers.forward import (
     POLICY_INPUT_KEYS,
@@ -36,8 +38,8 @@ from verl.workers.forward import (
     takes_logits_to_keep,
     whole_sequence_batch,
 )
-from verl.workers.rollout.base import Rollout, response_tensors
-from verl.workers.rollout.sampling import SamplingParams, sample_tokens
+from verl.workers.rollout.base import Rollout, engine_dtype, response_tensors
+from verl.workers.rollout.sampling import SamplingParams, derived_seed, sample_tokens
 
 
 @dataclass
@@ -48,6 +50,17 @@ class _Decoded:
 
 
 class HFRollout(Rollout):
+    @classmethod
+    def create(
+        cls, config: RolloutConfig, model_config: Any, tokenizer: Any, device: torch.device, seed: int
+    ) -> HFRollout:
+        """The rollout over its own copy of the policy, loaded in ``rollout.dtype`` where that applies."""
+        dtype = getattr(torch, engine_dtype(config, device.type))
+        module = load_causal_lm(model_config, dtype=dtype)
+        return cls(
+            module, config, tokenizer.pad_token_id, eos_token_ids(tokenizer, model_config.path), device, seed
+        )
+
     def __init__(
         self,
         module: nn.Module,
@@ -117,7 +130,7 @@ class HFRollout(Rollout):
     def _generate_sequences(self, prompts: DataProto) -> DataProto:
         params = SamplingParams.resolve(self.config, prompts.meta_info)
         if "sampling_seed" in prompts.meta_info:  # rank-specific, then request-specific
-            self.generator.manual_seed(self.seed + 1_000_003 * int(prompts.meta_info["sampling_seed"]))
+            self.generator.manual_seed(derived_seed(prompts.meta_info["sampling_seed"], self.seed))
         chunks = prompts.split(max(1, self.config.max_num_seqs))
         outputs = [self._generate_chunk(chunk, params) for chunk in chunks]
         out = DataProto.concat(outputs)

@@ -10,6 +10,18 @@ import torch.nn.functional as F
 
 from verl.config.rollout import RolloutConfig
 
+SEED_STRIDE = 1_000_003
+"""A prime larger than any batch: the seeds of two streams never collide within a batch."""
+
+
+def derived_seed(stream: int, offset: int) -> int:
+    """The seed of item ``offset`` of seed stream ``stream``: ``stream * SEED_STRIDE + offset``.
+
+    The one rule every backend seeds its sampling with: a batch's ``meta_info["sampling_seed"]`` is
+    the stream and the rollout's own seed (or a row's index in the batch) the offset; a server
+    seeds its n-th unseeded request with its own seed as the stream."""
+    return int(stream) * SEED_STRIDE + int(offset)
+
 
 @dataclass(frozen=True)
 class SamplingParams:

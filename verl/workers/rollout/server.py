@@ -77,6 +77,12 @@ class StepEngine(ABC):
 
     rollout: Rollout
 
+    @classmethod
+    def create(cls, rollout: Rollout, config: Any) -> StepEngine:
+        """The step engine over ``rollout`` (its backend's registry entry names this class);
+        ``config`` is the rollout section."""
+        return cls(rollout)
+
     @abstractmethod
     def add(self, request: GenerationRequest) -> None:
         """Queue a request; it joins the running batch at a coming step."""

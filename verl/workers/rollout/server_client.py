@@ -6,8 +6,7 @@ stripped) is sent to ``POST /generate`` of the replica with the fewest requests 
 rows come back in any order (a short answer does not wait for a long one) and are put
 back in batch order in the layout of :func:`verl.workers.rollout.base.response_tensors`.
 
-With ``meta_info["sampling_seed"]`` each row gets the seed ``sampling_seed * 1_000_003 +
-row``: on the hf server a row's tokens then depend on the step and the row only.
+With ``meta_info["sampling_seed"]`` each row gets the seed ``derived_seed(sampling_seed, row)``: on the hf server a row's tokens then depend on the step and the row only.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import torch
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
 from verl.workers.rollout.base import response_tensors
+from verl.workers.rollout.sampling import derived_seed
 
 MAX_CONCURRENCY = 256  # requests in flight from one client (threads, each waiting on one HTTP call)
 SAMPLING_META = ("temperature", "top_p", "top_k", "do_sample", "validate")
@@ -74,7 +74,7 @@ class ServerRolloutClient:
         for row, (row_ids, row_mask) in enumerate(zip(ids, mask)):
             request = {**body, "prompt_ids": row_ids[row_mask].tolist()}
             if seed is not None:
-                request["seed"] = int(seed) * 1_000_003 + row
+                request["seed"] = derived_seed(seed, row)
             futures.append(self._pool.submit(self._post, request))
         completions = [f.result() for f in futures]  # each request has its own timeout
         return self._assemble(prompts, completions, length, want_log_probs)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,8 +30,11 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, assemble_responses, engine_dtype
+from verl.utils.model import eos_token_ids
+from verl.workers.rollout.base import engine_dtype
+from verl.workers.rollout.engine_rollout import EngineRollout, engine_model_dir, prompt_token_ids
 from verl.workers.rollout.sampling import SamplingParams as Sampling
+from verl.workers.rollout.sampling import derived_seed
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +127,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class SGLangRollout(Rollout):
+class SGLangRollout(EngineRollout):
     def __init__(
         self,
         model_path: str,
@@ -148,15 +150,16 @@ class SGLangRollout(Rollout):
                 "actor_rollout_ref.rollout.name=sglang needs SGLang on a CUDA machine: "
                 "`pip install -c constraints.txt 'sglang[all]'` (or the Docker image's sglang target)"
             ) from error
-        self.config = config
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = list(eos_token_ids)
-        self.device = device
-        self.seed = seed
-        self.version = 0
-        self.asleep = False
+        super().__init__(config, pad_token_id, eos_token_ids, device, seed)
         self.engine = sglang.Engine(**engine_args(config, model_path, seed, trust_remote_code, _free_port()))
-        self._engine_lock = threading.Lock()  # a weight update waits for a generation (async trainer)
+
+    @classmethod
+    def create(
+        cls, config: RolloutConfig, model_config: Any, tokenizer: Any, device: torch.device, seed: int
+    ):
+        path = engine_model_dir(config, model_config)
+        eos = eos_token_ids(tokenizer, model_config.path)
+        return cls(path, config, tokenizer.pad_token_id, eos, device, seed, model_config.trust_remote_code)
 
     def _run(self, coroutine):
         """Run one of the engine's tokenizer-manager coroutines on the engine's event loop."""
@@ -182,44 +185,27 @@ class SGLangRollout(Rollout):
                 self._run(manager.continue_generation(ContinueGenerationReqInput()))
             self.version = version
 
-    def sleep(self) -> None:
-        if self.config.free_cache_engine and not self.asleep:
-            self.engine.release_memory_occupation()
-            self.asleep = True
+    def release_memory(self) -> None:
+        self.engine.release_memory_occupation()
 
-    def wake_up(self) -> None:
-        if self.asleep:
-            self.engine.resume_memory_occupation()
-            self.asleep = False
+    def resume_memory(self) -> None:
+        self.engine.resume_memory_occupation()
 
     # ------------------------------------------------------------------ generation
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         params = Sampling.resolve(self.config, prompts.meta_info)
         want_log_probs = self.config.calculate_log_probs and not params.validate
-        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
-        rows = [row[m].tolist() for row, m in zip(ids, mask)]
+        rows = prompt_token_ids(prompts)
         base = prompts.meta_info.get("sampling_seed")
-        seeds = (
-            [None] * len(rows)
-            if base is None
-            else [self.seed + 1_000_003 * int(base) + i for i in range(len(rows))]
-        )
+        seeds = [None if base is None else derived_seed(base, self.seed + i) for i in range(len(rows))]
         sampling = [sampling_params(params, self.eos_token_ids, seed) for seed in seeds]
         with self._engine_lock:
             outputs = self.engine.generate(
                 input_ids=rows, sampling_params=sampling, return_logprob=want_log_probs
             )
             version = self.version
-        return self._assemble(prompts, outputs, params, want_log_probs, version)
-
-    def _assemble(
-        self, prompts: DataProto, outputs: list[dict], params: Sampling, with_lp: bool, version: int
-    ) -> DataProto:
-        rows = [output_tokens(output, with_lp) for output in outputs]
-        eos = self.eos_token_ids if not params.ignore_eos else [-1]
-        return assemble_responses(
-            prompts, rows, params.response_length, self.pad_token_id, eos, version, with_lp
-        )
+        rows = [output_tokens(output, want_log_probs) for output in outputs]
+        return self.assemble(prompts, rows, params, want_log_probs, version)
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         """Log-probs (temperature 1) of ``token_ids[1:]``: SGLang's prompt log-probs from position 0

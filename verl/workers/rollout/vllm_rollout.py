@@ -33,7 +33,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,8 +40,17 @@ import torch
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
-from verl.workers.rollout.base import Rollout, assemble_responses, engine_dtype
+from verl.utils.model import eos_token_ids
+from verl.workers.engine.lora import peft_settings
+from verl.workers.rollout.base import engine_dtype
+from verl.workers.rollout.engine_rollout import (
+    EngineRollout,
+    engine_model_dir,
+    prompt_token_ids,
+    syncs_lora_adapter,
+)
 from verl.workers.rollout.sampling import SamplingParams as Sampling
+from verl.workers.rollout.sampling import derived_seed
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +138,7 @@ def write_peft_adapter(
     return folder
 
 
-class VLLMRollout(Rollout):
+class VLLMRollout(EngineRollout):
     def __init__(
         self,
         model_path: str,
@@ -144,22 +152,24 @@ class VLLMRollout(Rollout):
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines per weight update
-        self.config = config
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = list(eos_token_ids)
-        self.device = device
-        self.seed = seed
-        self.version = 0
+        super().__init__(config, pad_token_id, eos_token_ids, device, seed)
         self.dummy_weights = config.load_format.startswith("dummy")
         self.model_path = model_path
         self.lora = lora
         """peft settings (``r``, ``lora_alpha``, ``use_rslora``) when updates are LoRA adapters."""
         self.lora_request = None  # the adapter every request runs with, once one is loaded
         self.llm = self._build_engine(model_path, trust_remote_code)
-        self.asleep = False
-        # one engine call at a time: a weight update arriving from another thread (the async
-        # trainer publishes while a generation runs) waits for the generation to finish
-        self._engine_lock = threading.Lock()
+
+    @classmethod
+    def create(
+        cls, config: RolloutConfig, model_config: Any, tokenizer: Any, device: torch.device, seed: int
+    ):
+        lora = peft_settings(model_config) if syncs_lora_adapter(config, model_config) else None
+        path = engine_model_dir(config, model_config)
+        eos = eos_token_ids(tokenizer, model_config.path)
+        return cls(
+            path, config, tokenizer.pad_token_id, eos, device, seed, model_config.trust_remote_code, lora
+        )
 
     # ------------------------------------------------------------------ engine
     def engine_args(self, model_path: str, trust_remote_code: bool) -> dict[str, Any]:
@@ -246,15 +256,14 @@ class VLLMRollout(Rollout):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def sleep(self) -> None:
-        if self.device.type == "cuda" and self.config.free_cache_engine and not self.asleep:
-            self.llm.sleep(level=1)
-            self.asleep = True
+    def frees_memory_when_asleep(self) -> bool:
+        return self.device.type == "cuda" and self.config.free_cache_engine
 
-    def wake_up(self) -> None:
-        if self.asleep:
-            self.llm.wake_up()
-            self.asleep = False
+    def release_memory(self) -> None:
+        self.llm.sleep(level=1)
+
+    def resume_memory(self) -> None:
+        self.llm.wake_up()
 
     # ------------------------------------------------------------------ generation
     def _sampling_params(self, params: Sampling, **extra: Any):
@@ -280,9 +289,8 @@ class VLLMRollout(Rollout):
         want_log_probs = self.config.calculate_log_probs and not params.validate
         sampling = self._sampling_params(params, logprobs=0 if want_log_probs else None)
         if "sampling_seed" in prompts.meta_info:  # the in-process engine samples with torch's RNG
-            torch.manual_seed(self.seed + 1_000_003 * int(prompts.meta_info["sampling_seed"]))
-        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
-        requests = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(ids, mask)]
+            torch.manual_seed(derived_seed(prompts.meta_info["sampling_seed"], self.seed))
+        requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_ids(prompts)]
         with self._engine_lock:
             outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             version = self.version  # the weights these tokens came from
@@ -296,10 +304,7 @@ class VLLMRollout(Rollout):
             tokens = list(completion.token_ids)[: params.response_length]
             lps = [step[t].logprob for step, t in zip(completion.logprobs, tokens)] if with_lp else []
             rows.append((tokens, lps))
-        eos = self.eos_token_ids if not params.ignore_eos else [-1]
-        return assemble_responses(
-            prompts, rows, params.response_length, self.pad_token_id, eos, version, with_lp
-        )
+        return self.assemble(prompts, rows, params, with_lp, version)
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         """Log-probs (temperature 1) of ``token_ids[1:]`` under the engine's current weights."""

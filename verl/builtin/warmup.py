@@ -1,7 +1,7 @@
-"""The embedded default's model: the tiny Qwen2 of :mod:`verl.utils.builtin`, warmed up through the
+"""The embedded default's model: the tiny Qwen2 of :mod:`verl.builtin.task`, warmed up through the
 SFT trainer on first use.
 
-The warm-up is an ordinary SFT run (:class:`~verl.trainer.sft_trainer.SFTTrainer`) on chats of the
+The warm-up is an ordinary SFT run (:class:`~verl.trainer.sft_loop.SFTTrainer`) on chats of the
 built-in task, so RL starts with some signal (greedy accuracy about 0.3). It is the same as::
 
     python -m verl.trainer.sft_trainer model.path=<the freshly initialised model> \\
@@ -19,7 +19,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from verl.utils import builtin
+from verl.builtin import task as builtin
+from verl.utils.cache import build_model_once
 
 WARMUP_STEPS = 40
 WARMUP_BATCH = 64
@@ -30,15 +31,13 @@ WARMUP_SEED = 0
 
 def ensure_builtin_model(path: str) -> None:
     """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
-    builtin.build_model_once(
-        builtin.builtin_model_dir(), path, build_builtin_model, "the built-in tiny model"
-    )
+    build_model_once(builtin.builtin_model_dir(), path, build_builtin_model, "the built-in tiny model")
 
 
 def build_builtin_model(folder: Path) -> None:
     """Initialise the tiny model, warm it up with the SFT trainer and save it (with its tokenizer) in ``folder``."""
-    from verl.trainer.sft_trainer import SFTTrainer
-    from verl.utils.dataset.arith import write_arith_warmup_parquet
+    from verl.builtin.arith import write_arith_warmup_parquet
+    from verl.trainer.sft_loop import SFTTrainer
 
     tokenizer = builtin.build_char_tokenizer()
     with tempfile.TemporaryDirectory(prefix="verl-warmup-") as scratch:

@@ -4,7 +4,7 @@ Each prompt is a single user message ``"a*b="`` with ``a, b`` drawn uniformly fr
 (so that every product has six digits: a fixed layout the tiny model copies more easily); the
 ground truth is the decimal product, e.g. ``"417*356="`` -> ``"148452"``. The built-in tiny
 model cannot multiply in its head; it succeeds by calling the calculator tool and copying the
-answer (see :mod:`verl.utils.builtin_tool_task`). The scorer is
+answer (see :mod:`verl.builtin.tool_task`). The scorer is
 :func:`verl.utils.reward_score.tool_arith.compute_score`.
 """
 

@@ -6,30 +6,24 @@ temporary dir, then a rename), so an interrupted first run leaves nothing half-w
 
 The model is a Qwen2-architecture transformer (about 0.8M parameters) over a character
 vocabulary of the digits, ``+``, ``=`` and three special tokens. Its warm-up, a short SFT run
-on the task through the SFT trainer, lives with the trainers (:mod:`verl.trainer.builtin_model`);
+on the task through the SFT trainer, is :mod:`verl.builtin.warmup`;
 the result is a normal Hugging Face model directory (config, safetensors, tokenizer).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
+from verl.config.actor import DEFAULT_MODEL_PATH
+from verl.utils.cache import CACHE_DIR_EXPR, cache_dir, resolve_cache_path, write_task_once
 
-CACHE_DIR_EXPR = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}"
-BUILTIN_MODEL_NAME = "tiny-qwen2-arith-v2"
-"""The built-in model's folder under the cache's ``models/``. The suffix changes whenever the warm-up's
-numbers do (v2: the engine's AdamW became torch's fused kernel on CPU), so a cache built by older
-code is not taken for the current model."""
-BUILTIN_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/{BUILTIN_MODEL_NAME}"
+BUILTIN_MODEL_NAME = Path(DEFAULT_MODEL_PATH).name
+"""The built-in model's folder under the cache's ``models/``: the config's default model path
+(``actor_rollout_ref.model.path``) names it, and this package builds it there on first use."""
 BUILTIN_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/train.parquet"
 BUILTIN_VAL_FILE = f"{CACHE_DIR_EXPR}/data/arith/test.parquet"
 BUILTIN_SFT_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/arith/sft_train.parquet"
@@ -45,29 +39,17 @@ CHAT_TEMPLATE = (
 )
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("VERL_CACHE_DIR", "~/.cache/verl")).expanduser()
-
-
 def builtin_model_dir() -> Path:
-    return cache_dir() / "models" / BUILTIN_MODEL_NAME
+    return resolve_cache_path(DEFAULT_MODEL_PATH)
 
 
 def builtin_data_dir() -> Path:
     return cache_dir() / "data" / "arith"
 
 
-def is_builtin_model(path: str) -> bool:
-    """The embedded default's model, or the tool task's (:mod:`verl.utils.builtin_tool_task`)."""
-    from verl.utils.builtin_tool_task import tool_model_dir
-
-    resolved = Path(path).expanduser().resolve()
-    return resolved in (builtin_model_dir().resolve(), tool_model_dir().resolve())
-
-
 def ensure_builtin_data(*paths: str) -> None:
     """Write the arithmetic task's parquet files if ``paths`` point at them and they are missing."""
-    from verl.utils.dataset.arith import write_arith_parquet
+    from verl.builtin.arith import write_arith_parquet
 
     write_task_once(
         builtin_data_dir(),
@@ -79,14 +61,14 @@ def ensure_builtin_data(*paths: str) -> None:
 
 def ensure_builtin_sft_data(*paths: str) -> None:
     """Write the arithmetic task's SFT chats if ``paths`` point at them and they are missing."""
-    from verl.utils.dataset.arith import write_arith_sft_parquet
+    from verl.builtin.arith import write_arith_sft_parquet
 
     _write_prefixed_files(paths, "sft_", write_arith_sft_parquet, "the built-in arithmetic task's SFT chats")
 
 
 def ensure_builtin_preference_data(*paths: str) -> None:
     """Write the arithmetic task's preference pairs if ``paths`` point at them and they are missing."""
-    from verl.utils.dataset.arith import write_arith_preference_parquet
+    from verl.builtin.arith import write_arith_preference_parquet
 
     _write_prefixed_files(
         paths, "pref_", write_arith_preference_parquet, "the built-in arithmetic task's preference pairs"
@@ -102,34 +84,6 @@ def _write_prefixed_files(paths: tuple[str, ...], prefix: str, write: Callable[.
         lambda folder: write(folder, train_size=10_000, test_size=200, seed=0),
         what,
     )
-
-
-def write_task_once(data_dir: Path, paths: tuple[str, ...], write: Callable[[str], None], what: str) -> None:
-    """``write(folder)`` when one of ``paths`` is a missing file of ``data_dir``."""
-    data_dir = data_dir.resolve()
-    wanted = [Path(p).expanduser().resolve() for p in paths]
-    if any(p.parent == data_dir and not p.exists() for p in wanted):
-        logger.info("writing %s to %s", what, data_dir)
-        write(str(data_dir))
-
-
-def build_model_once(target: Path, path: str, build: Callable[[Path], None], what: str) -> None:
-    """``build(folder)`` into a temporary folder, renamed to ``target`` (never half-written), when
-    ``path`` is ``target`` and it holds no model yet; a model another process finished first wins."""
-    if Path(path).expanduser().resolve() != target.resolve() or (target / "config.json").exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("building %s in %s (one-time SFT warm-up)", what, target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-model-"))
-    try:
-        build(tmp)
-        if target.exists():  # another process finished first
-            shutil.rmtree(tmp)
-            return
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def build_char_tokenizer():

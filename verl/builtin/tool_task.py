@@ -1,7 +1,7 @@
 """The built-in tool task and its tiny model, created on first use (the ``tool_agent_trainer`` preset).
 
 ``python -m verl.trainer.main_ppo --config-name tool_agent_trainer`` trains on these: prompts
-``"a*b="`` with 3-digit operands (:mod:`verl.utils.dataset.tool_arith`), which a tiny model cannot
+``"a*b="`` with 3-digit operands (:mod:`verl.builtin.tool_arith`), which a tiny model cannot
 multiply in its head, and the ``calculator`` tool (:class:`verl.tools.calculator_tool.CalculatorTool`).
 One successful trajectory::
 
@@ -19,7 +19,7 @@ seeded, deterministic SFT on two kinds of demonstrations: calls of the calculato
 write the call and to copy the operands and the answer) and, more often, answers written directly,
 as a model without tools would. So it calls the tool in only about 40% of its samples, and RL has
 tool-call success and accuracy to raise. Model and data live in ``$VERL_CACHE_DIR`` (default
-``~/.cache/verl``) and are written atomically, like the embedded default's (:mod:`verl.utils.builtin`).
+``~/.cache/verl``) and are written atomically, like the embedded default's (:mod:`verl.builtin.task`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from verl.utils.builtin import build_model_once, cache_dir, write_task_once
+from verl.utils.cache import build_model_once, cache_dir, write_task_once
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def tool_data_dir() -> Path:
 
 def ensure_tool_task_data(*paths: str) -> None:
     """Write the tool task's parquet files if ``paths`` point at them and they are missing."""
-    from verl.utils.dataset.tool_arith import write_tool_arith_parquet
+    from verl.builtin.tool_arith import write_tool_arith_parquet
 
     write_task_once(
         tool_data_dir(),
@@ -182,7 +182,7 @@ def tool_sft_warmup(
     the tool (cross-entropy on the model's turns, summed over both kinds). The model learns to write
     calls and copy numbers, but calls the tool in only about ``calls / (calls + direct)`` of its
     samples: the rest are guesses, which RL learns to give up."""
-    from verl.utils.dataset.tool_arith import make_tool_arith_rows
+    from verl.builtin.tool_arith import make_tool_arith_rows
 
     rows = make_tool_arith_rows(num_rows=steps * (calls + direct), seed=seed + 1, split="sft")
     pairs = [(row["prompt"][0]["content"], row["reward_model"]["ground_truth"]) for row in rows]

@@ -1,0 +1,414 @@
+"""The SFT training loop (:class:`SFTTrainer`); ``python -m verl.trainer.sft_trainer`` runs it.
+
+Several processes (GPUs, or CPU ranks over gloo), as in verl::
+
+    torchrun --standalone --nproc_per_node 8 -m verl.trainer.sft_trainer \\
+        data.train_files=~/data/gsm8k_sft/train.parquet data.val_files=~/data/gsm8k_sft/test.parquet \\
+        model.path=Qwen/Qwen2.5-0.5B-Instruct optim.lr=1e-5 trainer.total_epochs=2 ...
+
+Every process runs this same loop on its share of each batch (no Ray: SFT needs no rollout). It
+trains through the RL roles' engine (:class:`~verl.workers.engine.fsdp.FSDPEngine`: plain torch on
+one CPU rank, FSDP2 otherwise) and writes the same checkpoints: ``global_step_N/model/`` holds the
+sharded model, optimizer and LR schedule, every rank's RNG state and ``huggingface/`` (config and
+tokenizer; the weights too with ``checkpoint.save_contents`` including ``hf_model``), and
+``global_step_N/driver.pt`` the step and data-loader position. A resumed run continues bit for bit
+(same rank count). ``python -m verl.model_merger merge --local_dir global_step_N/model`` exports the
+weights; an RL run starts from that folder with ``actor_rollout_ref.model.path=...``.
+
+The loss of a step is the mean over every assistant token of the whole batch (all ranks and
+micro-batches), whatever the micro-batching: each micro-batch adds its summed cross-entropy
+divided by the batch's token count.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from verl.config.base import ConfigError, check
+from verl.config.sft_trainer import SFTTrainerConfig
+from verl.protocol import DataProto
+from verl.trainer.ppo import checkpoint
+from verl.utils import fused_log_probs
+from verl.utils.checkpoint_io import torch_load
+from verl.utils.dataset.dataloader import StatefulDataLoader
+from verl.utils.dataset.sft_dataset import create_sft_dataset, sft_collate
+from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokenizer_source, save_hf_files
+from verl.utils.progress import StepProgress
+from verl.utils.tracking import Tracking
+from verl.workers import ulysses
+from verl.workers.cpu_attention import default_attention
+from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
+from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
+from verl.workers.packing import enable_packing, outputs_at, pack
+
+logger = logging.getLogger(__name__)
+
+MODEL_DIR = "model"
+INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "loss_mask"]
+
+
+def init_distributed(config: SFTTrainerConfig, join: bool = True) -> torch.device:
+    """Join torchrun's process group when there is one and ``join`` (gloo on CPU, nccl on CUDA); the device."""
+    want = config.trainer.device
+    use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device: expected a device this machine has, got 'cuda' (no CUDA GPU here)")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if join and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo",
+            timeout=datetime.timedelta(seconds=config.trainer.nccl_timeout),
+        )
+    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+
+
+def _all_reduce_sum(values: list[float]) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def token_losses(
+    module: torch.nn.Module, micro: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token cross-entropy of predicting each token from the ones before it, and the mask of
+    tokens trained on (``loss_mask`` shifted onto the predicting position)."""
+    width = int(micro["attention_mask"].sum(-1).max())  # right-padded: drop columns of pads only
+    ids, mask = micro["input_ids"][:, :width], micro["attention_mask"][:, :width]
+    logits = module(input_ids=ids, attention_mask=mask, position_ids=micro["position_ids"][:, :width]).logits
+    losses = token_cross_entropy(logits[:, :-1], ids[:, 1:])
+    return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
+
+
+def packed_token_losses(
+    module: torch.nn.Module, micro: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_losses` with the micro-batch packed into one row (``model.use_remove_padding``):
+    the LM head runs only where a trained token is predicted. The 1-D losses of those tokens (of
+    this rank's slice of the row under sequence parallelism) and a mask of ones."""
+    packed = pack(micro)
+    trained = (micro["loss_mask"][:, 1:] * micro["attention_mask"][:, 1:]).bool()
+    index = packed.packed_at[:, :-1][trained]  # the position predicting each trained token
+    labels = micro["input_ids"][:, 1:][trained]
+    if ulysses.active():
+        logits, mine = ulysses.local_outputs_at(module, packed, index, causal_lm=True)
+        labels = labels[mine]
+    else:
+        logits = outputs_at(module, packed, index, causal_lm=True)
+    losses = token_cross_entropy(logits, labels)
+    return losses, torch.ones_like(losses)
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """fp32 cross-entropy of each label under ``logits`` (``[..., V]``), shaped like ``labels``. On
+    CUDA the fused log-prob kernel (:mod:`verl.utils.fused_log_probs`: one pass over the logits, no
+    fp32 copy of them; equal within fp32 rounding), elsewhere torch's cross-entropy on fp32 logits."""
+    if fused_log_probs.available(logits):
+        return -fused_log_probs.log_probs_and_entropy(logits, labels, 1.0)[0]
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat, labels.reshape(-1), reduction="none").view(labels.shape)
+
+
+class SFTTrainer:
+    def __init__(self, config: SFTTrainerConfig, distributed: bool = True) -> None:
+        """``distributed=False``: this process trains alone, even under torchrun (the built-in
+        model's warm-up, which rank 0 runs before the ranks join)."""
+        self.config = config
+        self.device = init_distributed(config, join=distributed)
+        joined = distributed and dist.is_initialized()
+        self.rank = dist.get_rank() if joined else 0
+        self.world_size = dist.get_world_size() if joined else 1
+        self.sp_size = config.engine.ulysses_sequence_parallel_size
+        self.sp_group = ulysses.build_groups(self.sp_size, "engine.ulysses_sequence_parallel_size")
+        self.dp_size = self.world_size // self.sp_size
+        """Data-parallel ranks: a sequence-parallel group of ranks trains on the same rows."""
+        self.dp_rank = self.rank // self.sp_size
+        self.packed = self.packs_sequences and config.model.use_remove_padding
+        """Micro-batches run as packed rows (``model.use_remove_padding``)."""
+        self.token_losses = packed_token_losses if self.packed else token_losses
+        self._convert_micro_batch_size()
+        self._check_batch_size()
+        _barrier()
+        model = config.model
+        self.tokenizer = load_tokenizer_from(resolve_tokenizer_source(model, section="model"))
+        self.train_data = self.build_dataset(config.data.train_files, config.data.train_max_samples)
+        self.val_data = (
+            self.build_dataset(config.data.val_files, config.data.val_max_samples)
+            if config.data.val_files
+            else None
+        )
+        self.loader = StatefulDataLoader(
+            self.train_data,
+            config.data.train_batch_size,
+            shuffle=config.data.shuffle,
+            seed=config.trainer.seed,
+            drop_last=True,
+            collate_fn=list,
+        )
+        if len(self.loader) == 0:
+            raise ConfigError(
+                f"data.train_batch_size: expected at most the {len(self.train_data)} training rows, got "
+                f"{config.data.train_batch_size} (no full batch)"
+            )
+        self.total_steps = (
+            config.trainer.total_training_steps or len(self.loader) * config.trainer.total_epochs
+        )
+        config.optim.total_training_steps = self.total_steps
+        torch.manual_seed(config.trainer.seed)
+        module = self.build_module()
+        if self.packed:
+            module = enable_packing(module)
+        if uses_lora(model):
+            module = apply_lora(module, model)
+        self.engine = FSDPEngine(
+            module,
+            self.device,
+            replace(config.engine, param_offload=False, optimizer_offload=False),  # inert for SFT
+            optim=config.optim,
+            grad_clip=config.optim.clip_grad,
+            gradient_checkpointing=model.enable_gradient_checkpointing,
+        )
+        self.global_step = 0
+        self.epoch = 0
+        self.val_losses: list[float] = []
+        """Validation losses of this process's run, in order (before training, then each validation)."""
+        self.tracker = None
+        if self.rank == 0:
+            trainer = config.trainer
+            self.tracker = Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, config)
+
+    # ------------------------------------------------------------------ what is trained, on what
+    name = "SFT"
+    """Shown on the progress bar."""
+    packs_sequences = True
+    """Whether ``model.use_remove_padding`` (and with it sequence parallelism) applies to this trainer."""
+
+    def build_dataset(self, files: Any, max_samples: int) -> Any:
+        return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples)
+
+    def build_module(self) -> torch.nn.Module:
+        attention = default_attention(self.device, self.config.engine)
+        return load_causal_lm(self.config.model, section="model", attention=attention)
+
+    def row_tokens(self, row: dict[str, list[int]]) -> int:
+        """A training row's token count (what ``trainer.balance_batch`` evens out over ranks)."""
+        return len(row["input_ids"])
+
+    def summary(self) -> list[str]:
+        """Lines printed at the end of a run: the validation losses, before training and after each validation."""
+        if not self.val_losses:
+            return []
+        return ["validation loss: " + " -> ".join(f"{v:.4f}" for v in self.val_losses)]
+
+    def hf_export_options(self) -> dict[str, Any]:
+        """Extra arguments of :func:`save_hf_files` for this trainer's models."""
+        return {}
+
+    # ------------------------------------------------------------------ set-up checks
+    def _convert_micro_batch_size(self) -> None:
+        data = self.config.data
+        if data.micro_batch_size is not None:
+            data.micro_batch_size_per_gpu = max(1, data.micro_batch_size // self.dp_size)
+            logger.warning(
+                "config note: converted data.micro_batch_size=%d -> data.micro_batch_size_per_gpu=%d "
+                "(%d data-parallel ranks)",
+                data.micro_batch_size,
+                data.micro_batch_size_per_gpu,
+                self.dp_size,
+            )
+            data.micro_batch_size = None
+
+    def _check_batch_size(self) -> None:
+        size = self.config.data.train_batch_size
+        check(
+            size % self.dp_size == 0,
+            "data.train_batch_size",
+            f"a multiple of the {self.dp_size} data-parallel ranks (every one takes an equal share)",
+            size,
+        )
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> dict[str, float]:
+        """Train for ``total_steps`` optimizer steps; returns the last step's metrics."""
+        trainer = self.config.trainer
+        resumed = self._load_checkpoint()
+        if trainer.val_before_train and not resumed and self.val_data is not None:
+            before = self.validate()
+            self._log(before, self.global_step)
+            self.val_losses.append(before["val/loss"])
+        batches = self._batches()
+        metrics: dict[str, float] = {}
+        enabled = None if self.rank == 0 else False
+        with StepProgress(
+            self.total_steps, initial_step=self.global_step, enabled=enabled, desc=self.name
+        ) as progress:
+            while self.global_step < self.total_steps:
+                self.global_step += 1
+                metrics = self.train_step(next(batches))
+                last = self.global_step == self.total_steps
+                if self.val_data is not None and (
+                    last or (trainer.test_freq > 0 and self.global_step % trainer.test_freq == 0)
+                ):
+                    metrics.update(self.validate())
+                    self.val_losses.append(metrics["val/loss"])
+                if trainer.save_freq > 0 and (last or self.global_step % trainer.save_freq == 0):
+                    self.save_checkpoint()
+                metrics["train/epoch"] = self.epoch
+                self._log(metrics, self.global_step)
+                progress.update(metrics)
+                checkpoint.fault_point("sft_after_step", self.global_step)
+        return metrics
+
+    def _batches(self) -> Iterator[list[dict[str, list[int]]]]:
+        while True:
+            for batch in self.loader:
+                self.epoch = self.loader.epoch
+                yield batch
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.tracker is not None:
+            self.tracker.log(metrics, step=step)
+
+    def _my_rows(self, rows: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:
+        """This data-parallel rank's equal share of a batch: dealt by length (``trainer.balance_batch``)
+        or in order. The ranks of a sequence-parallel group get the same rows."""
+        if self.dp_size == 1:
+            return rows
+        if self.config.trainer.balance_batch:
+            groups = equal_size_partitions([self.row_tokens(r) for r in rows], self.dp_size)
+            return [rows[int(i)] for i in groups[self.dp_rank]]
+        share = len(rows) // self.dp_size
+        return rows[self.dp_rank * share : (self.dp_rank + 1) * share]
+
+    def train_step(self, rows: list[dict[str, list[int]]]) -> dict[str, float]:
+        data = self.config.data
+        batch = DataProto.from_dict(sft_collate(self._my_rows(rows), self.tokenizer.pad_token_id))
+        (tokens,) = _all_reduce_sum([float(batch.batch["loss_mask"][:, 1:].sum())])
+        tokens /= self.sp_size  # a group's ranks hold the same rows
+        # ranks' gradients are averaged: undo that, then the token mean. Under sequence parallelism
+        # each rank's loss covers its own slice of the rows, so the sum over all ranks is the batch's.
+        scale = self.world_size / max(tokens, 1.0)
+        micro_batches, _ = split_micro_batches(
+            batch,
+            INPUT_KEYS,
+            data.micro_batch_size_per_gpu,
+            data.use_dynamic_bsz,
+            data.max_token_len_per_gpu * self.sp_size,  # a rank runs 1/sp of each micro-batch's tokens
+        )
+
+        def loss_fn(module, micro):
+            losses, mask = self.token_losses(module, micro)
+            summed = (losses * mask).sum()
+            return summed * scale, {"loss_sum": float(summed.detach())}
+
+        with ulysses.sequence_parallel(self.sp_group):
+            step = self.engine.train_step(micro_batches, loss_fn, [1.0] * len(micro_batches))
+        lr = self.engine.current_lr()
+        self.engine.lr_scheduler_step()
+        loss_sum, skipped = _all_reduce_sum([step["loss_sum"], step["update_skipped"]])
+        return {
+            "train/loss": loss_sum / max(tokens, 1.0),
+            "train/grad_norm": step["grad_norm"],
+            "train/lr": lr,
+            "train/tokens": tokens,
+            "train/update_skipped": float(skipped > 0),
+        }
+
+    def validate(self) -> dict[str, float]:
+        """``val/loss``: the mean cross-entropy over every assistant token of the validation set."""
+        rows = list(range(len(self.val_data)))
+        share = -(-len(rows) // self.dp_size)  # every rank runs as many forward passes (FSDP gathers)
+        mine = [self.val_data[i] for i in rows[self.dp_rank * share : (self.dp_rank + 1) * share]]
+        mine += [{"input_ids": [self.tokenizer.pad_token_id], "loss_mask": [0]}] * (share - len(mine))
+        size = self.config.data.micro_batch_size_per_gpu
+        micro_batches = [
+            sft_collate(mine[i : i + size], self.tokenizer.pad_token_id) for i in range(0, share, size)
+        ]
+
+        def forward_fn(module, micro):
+            losses, mask = self.token_losses(module, micro)
+            return {"loss_sum": (losses * mask).sum(), "tokens": mask.sum()}
+
+        with ulysses.sequence_parallel(self.sp_group):
+            outputs = self.engine.infer(micro_batches, forward_fn)
+        loss_sum, tokens = _all_reduce_sum(
+            [sum(float(o["loss_sum"]) for o in outputs), sum(float(o["tokens"]) for o in outputs)]
+        )
+        return {"val/loss": loss_sum / max(tokens, 1.0)}
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpointer(self) -> checkpoint.Checkpointer:
+        trainer = self.config.trainer
+        return checkpoint.Checkpointer(
+            trainer.default_local_dir,
+            trainer.resume_mode,
+            trainer.resume_from_path,
+            self.world_size,
+            keep={MODEL_DIR: trainer.max_ckpt_to_keep},
+            fault="sft_kill_during_save",
+            writer=self.rank == 0,
+            barrier=_barrier,
+        )
+
+    def save_checkpoint(self) -> str:
+        """``global_step_N/{model/, driver.pt}``, then the pointer (the commit), then rotation."""
+        state = {"dataloader": self.loader.state_dict()}
+        return self.checkpointer().save(self.global_step, self._write_model, state)
+
+    def _write_model(self, folder: str) -> None:
+        """Every rank's shards, RNG state and (rank 0) the Hugging Face files under ``folder/model``."""
+        contents = self.config.checkpoint.save_contents
+        model_dir = os.path.join(folder, MODEL_DIR)
+        os.makedirs(model_dir, exist_ok=True)
+        self.engine.save(model_dir, contents)
+        torch.save(
+            {"torch_rng": torch.get_rng_state()}, os.path.join(model_dir, f"worker_rank_{self.rank}.pt")
+        )
+        full = self.engine.full_model_state_dict_on_cpu() if "hf_model" in contents else None
+        adapter = None
+        if self.engine.lora:
+            adapter = (self.engine.module.peft_config[ADAPTER], self.engine.adapter_state_dict_on_cpu())
+        if self.rank == 0:
+            target = os.path.join(model_dir, "huggingface")
+            save_hf_files(
+                self.engine.hf_module, self.tokenizer, target, full, adapter, **self.hf_export_options()
+            )
+
+    def _load_checkpoint(self) -> bool:
+        """Resume as ``trainer.resume_mode`` says; True when a checkpoint was loaded."""
+        found = self.checkpointer().resume()
+        if found is None:
+            return False
+        folder, state = found
+        model_dir = os.path.join(folder, MODEL_DIR)
+        self.engine.load(model_dir, self.config.checkpoint.load_contents)
+        torch.set_rng_state(torch_load(os.path.join(model_dir, f"worker_rank_{self.rank}.pt"))["torch_rng"])
+        self.global_step = state["global_steps"]
+        self.loader.load_state_dict(state["dataloader"])
+        self.epoch = self.loader.epoch
+        checkpoint.set_rng_state({**state["rng"], "torch": torch.get_rng_state()})
+        logger.info("resumed from %s (step %d)", folder, self.global_step)
+        return True
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.finish()
+            self.tracker = None
