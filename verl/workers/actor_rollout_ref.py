@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 
 import torch
 
@@ -50,6 +49,7 @@ from verl.workers.rollout import (
     verify_weight_sync,
 )
 from verl.workers.rollout.staged import StagedWeights
+from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
 # bf16 on one side or both: SmolLM2-135M's log-probs of real text part by 0.04-0.07 on average between
@@ -67,15 +67,6 @@ ACTOR_LOSS_KEYS = [
     "rollout_log_probs",
     "rollout_is_weights",
 ]
-
-
-def _counted(
-    items: Iterator[tuple[str, torch.Tensor]], sizes: list[int]
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """``items``, with each tensor's byte count appended to ``sizes`` as it passes."""
-    for name, tensor in items:
-        sizes.append(tensor.numel() * tensor.element_size())
-        yield name, tensor
 
 
 class ActorRolloutRefWorker(Worker):
@@ -204,9 +195,9 @@ class ActorRolloutRefWorker(Worker):
         cfg = self.config.rollout
         probe = self._probe_ids()
         expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
-        sent: list[int] = []
-        self.engine.update_weights(_counted(self._rollout_weights(), sent), version)
-        metrics: dict[str, float] = {"rollout/weight_sync_mb": sum(sent) / 1e6}
+        parcel = IN_PROCESS.send(self._rollout_weights(), version)
+        self.engine.update_weights(IN_PROCESS.receive(parcel), version)
+        metrics: dict[str, float] = {"rollout/weight_sync_mb": parcel.megabytes}
         self.version = version
         if expected is not None:
             tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else LOW_PRECISION_PROBE_TOL)
@@ -251,44 +242,29 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ weight publishing (async)
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def publish_weights(self, version: int, weight_dir: str | None = None):
-        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`):
-        every rank takes part in the gather; rank 0 returns (a Ray object reference (in memory) or,
-        with ``weight_dir``, the path of a safetensors file written atomically there; their size
-        in MB). Other ranks return None."""
-        import ray
-
-        sent: list[int] = []
-        state = {name: t.detach().cpu() for name, t in _counted(self._rollout_weights(), sent)}
+    def publish_weights(self, version: int, transport: str, weight_dir: str | None = None) -> Parcel | None:
+        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`),
+        sent by ``transport`` (``async_training.weight_transport``; ``weight_dir`` for files):
+        every rank takes part in the gather, rank 0 returns the parcel, the others None."""
+        weights = self._rollout_weights()
         self.version = version
         if self.rank != 0:
+            for _ in weights:  # the gather is collective
+                pass
             return None
-        megabytes = sum(sent) / 1e6
-        if weight_dir is None:
-            return ray.put(state), megabytes
-        from safetensors.torch import save_file
-
-        os.makedirs(weight_dir, exist_ok=True)
-        path = os.path.join(weight_dir, f"policy_v{version}.safetensors")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        save_file({k: v.clone() for k, v in state.items()}, tmp)  # tied weights share storage
-        os.replace(tmp, path)
-        return path, megabytes
+        return weight_transport(transport, weight_dir).send(weights, version)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def receive_weights(self, weights, version: int, keep_from: int | None = None) -> None:
-        """Published weights (a dict, or a safetensors path). Without ``keep_from`` they replace
-        the old ones as a whole between two decoding steps, even mid-generation; with it they
-        are kept by version until a batch asks for them (versions older than ``keep_from`` go)."""
-        if isinstance(weights, str):
-            from safetensors.torch import load_file
-
-            weights = load_file(weights)
+    def receive_weights(self, parcel: Parcel, keep_from: int | None = None) -> None:
+        """Published weights. Without ``keep_from`` they replace the old ones as a whole between two
+        decoding steps, even mid-generation; with it they are kept by version until a batch asks for
+        them (versions older than ``keep_from`` go)."""
+        weights = transport_of(parcel).receive(parcel)
         if keep_from is None:
-            self.engine.update_weights(weights.items(), version)
+            self.engine.update_weights(weights, parcel.version)
         else:
-            self.staged.add(weights, version, keep_from)
-        self.version = version
+            self.staged.add(dict(weights), parcel.version, keep_from)
+        self.version = parcel.version
 
     # ------------------------------------------------------------------ log-probs
     def _entropy_options(self) -> EntropyOptions:

@@ -44,6 +44,7 @@ from verl.trainer.ppo import builders
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
 from verl.trainer.ppo.validation import Validator
+from verl.workers.weight_transport import transport_of
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.policy_version = 0
         self.staleness_seen: list[int] = []  # every consumed sample, in order
         self._consumed_loader_state: dict | None = None
-        self._last_weight_file: str | None = None
         self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
 
     def init_workers(self) -> None:
@@ -177,20 +177,18 @@ class AsyncPPOTrainer(RayPPOTrainer):
         return {"rollout/weight_sync_mb": self._publish_weights()}
 
     def _publish_weights(self) -> float:
-        """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps);
-        returns its size in MB."""
+        """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps) by
+        ``async_training.weight_transport``; returns its size in MB."""
         cfg = self.async_cfg
-        weight_dir = cfg.weight_dir if cfg.weight_transport == "filesystem" else None
-        source, megabytes = self.actor_rollout_wg.publish_weights(self.policy_version, weight_dir)[0]
+        parcel = self.actor_rollout_wg.publish_weights(
+            self.policy_version, cfg.weight_transport, cfg.weight_dir
+        )[0]
         keep_from = None  # partial rollout: swapped in at once, mid-batch
         if not cfg.partial_rollout:  # kept until the batches submitted with older versions have run
             keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
-        self.rollout_wg.receive_weights(source, self.policy_version, keep_from)
-        if weight_dir is not None:
-            if self._last_weight_file is not None and os.path.exists(self._last_weight_file):
-                os.remove(self._last_weight_file)
-            self._last_weight_file = source
-        return megabytes
+        self.rollout_wg.receive_weights(parcel, keep_from)
+        transport_of(parcel).discard(parcel)  # every rollout rank holds it now
+        return parcel.megabytes
 
     # ------------------------------------------------------------------ checkpoints
     def _driver_state(self) -> dict:
