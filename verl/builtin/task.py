@@ -103,9 +103,10 @@ def build_char_tokenizer():
 
 
 def build_tiny_qwen2(tokenizer, seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
+    """The embedded default's model: a 4-layer Qwen2 (about 0.8M parameters) over :data:`CHAR_VOCAB`."""
+    return tiny_qwen2(
+        tokenizer,
+        seed,
         vocab_size=len(CHAR_VOCAB),
         hidden_size=128,
         intermediate_size=384,
@@ -113,11 +114,21 @@ def build_tiny_qwen2(tokenizer, seed: int = 0):
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
+    )
+
+
+def tiny_qwen2(tokenizer, seed: int, **shape: Any):
+    """A freshly initialised Qwen2 (seeded) with tied embeddings, ``tokenizer``'s pad and EOS ids
+    (EOS also as BOS) and SDPA attention; ``shape``: the rest of its ``Qwen2Config``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
         attn_implementation="sdpa",
+        **shape,
     )
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from verl.builtin.task import tiny_qwen2
 from verl.utils.cache import build_model_once, cache_dir, write_task_once
 
 logger = logging.getLogger(__name__)
@@ -112,9 +113,9 @@ def build_tool_model(tokenizer, seed: int = SFT_SEED):
     """A 2-layer Qwen2 (about 0.1M parameters). RoPE base 100 instead of 10000: the model copies digits
     from fixed offsets, and a small base makes positions easier to tell apart, so the warm-up learns
     to copy in fewer steps."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
+    return tiny_qwen2(
+        tokenizer,
+        seed,
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=192,
@@ -123,14 +124,7 @@ def build_tool_model(tokenizer, seed: int = SFT_SEED):
         num_key_value_heads=1,
         max_position_embeddings=256,
         rope_theta=100.0,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-        attn_implementation="sdpa",
     )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
 
 
 def tool_call_text(expression: str) -> str:

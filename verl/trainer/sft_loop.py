@@ -357,12 +357,10 @@ class SFTTrainer:
     # ------------------------------------------------------------------ checkpoints
     def checkpointer(self) -> checkpoint.Checkpointer:
         trainer = self.config.trainer
-        return checkpoint.Checkpointer(
-            trainer.default_local_dir,
-            trainer.resume_mode,
-            trainer.resume_from_path,
+        return checkpoint.Checkpointer.for_run(
+            trainer,
             self.world_size,
-            keep={MODEL_DIR: trainer.max_ckpt_to_keep},
+            {MODEL_DIR: trainer.max_ckpt_to_keep},
             fault="sft_kill_during_save",
             writer=self.rank == 0,
             barrier=_barrier,

@@ -201,6 +201,21 @@ class Checkpointer:
     writer: bool = True
     barrier: Callable[[], None] = lambda: None
 
+    @classmethod
+    def for_run(
+        cls, trainer: Any, world_size: int, keep: dict[str, int | None], **options: Any
+    ) -> Checkpointer:
+        """The checkpointer of a run whose ``trainer`` section (RL or SFT) has ``default_local_dir``,
+        ``resume_mode`` and ``resume_from_path``."""
+        return cls(
+            trainer.default_local_dir,
+            trainer.resume_mode,
+            trainer.resume_from_path,
+            world_size,
+            keep,
+            **options,
+        )
+
     def save(self, step: int, write_parts: Callable[[str], None], state: dict[str, Any]) -> str:
         """Write step ``step`` (``state``: the driver's, global step, ranks and RNGs added) and commit it."""
         folder = step_dir(self.root, step)

@@ -381,13 +381,8 @@ class RayPPOTrainer:
 
     def checkpointer(self) -> checkpoint.Checkpointer:
         trainer = self.config.trainer
-        return checkpoint.Checkpointer(
-            trainer.default_local_dir,
-            trainer.resume_mode,
-            trainer.resume_from_path,
-            self.world_size,
-            keep={"actor": trainer.max_actor_ckpt_to_keep, "critic": trainer.max_critic_ckpt_to_keep},
-        )
+        keep = {"actor": trainer.max_actor_ckpt_to_keep, "critic": trainer.max_critic_ckpt_to_keep}
+        return checkpoint.Checkpointer.for_run(trainer, self.world_size, keep)
 
     def save_checkpoint(self) -> str:
         """``global_step_N/{actor,critic,driver.pt}``, then the pointer (the commit), then rotation."""
