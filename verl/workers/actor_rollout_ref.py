@@ -52,6 +52,7 @@ from verl.workers.rollout.staged import StagedWeights
 from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
+"""The role names verl's workers take: the parts they hold, joined by ``_``."""
 # bf16 on one side or both: SmolLM2-135M's log-probs of real text part by 0.04-0.07 on average between
 # fp32, autocast and pure-bf16 forwards; weights the sync failed to deliver part by whole nats
 LOW_PRECISION_PROBE_TOL = 0.15
@@ -83,9 +84,8 @@ class ActorRolloutRefWorker(Worker):
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         self.config = config
         self.role = role
-        self.is_actor = role in ("actor", "actor_ref", "actor_rollout", "actor_rollout_ref")
-        self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
-        self.is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
+        parts = set(role.split("_"))
+        self.is_actor, self.is_rollout, self.is_ref = "actor" in parts, "rollout" in parts, "ref" in parts
         self.actor = self.ref = self.rollout = None
         self.server = self.front = None  # server mode (rollout.mode=async)
         self.version = 0
