@@ -264,10 +264,15 @@ def test_actor_step_packed_with_token_budgets_equals_padded(monkeypatch, builtin
     # token budgets regroup the micro-batches, so sums are reassociated: equal up to fp32 rounding
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
         assert np.allclose(packed_metrics[key], padded_metrics[key], atol=1e-5, rtol=1e-4), key
-    assert torch.allclose(packed_after[real], padded_after[real], atol=1e-5)
-    assert not torch.allclose(
-        padded_after[real], padded.batch["old_log_probs"][real], atol=1e-4
-    )  # it trained
+    # As in the critic test below, Adam divides each gradient element by its own RMS, so elements near
+    # zero step differently when the paths' gradients differ by fp32 rounding: over these four steps
+    # the forward's gap grows ~16x (3e-6 -> 5e-5 on an Intel Xeon, at every token budget tried), so
+    # the bound is the 1e-5 forward bound above times 16, rounded up. Real differences are far larger:
+    # a 10% larger entropy_coeff moves these log-probs by 4e-2, seq-mean-token-mean instead of
+    # token-mean by 3.8.
+    assert torch.allclose(packed_after[real], padded_after[real], atol=2e-4)
+    # it trained: the step moves the log-probs by 0.07 to 3.6, far more than the tolerance above
+    assert not torch.allclose(padded_after[real], padded.batch["old_log_probs"][real], atol=1e-2)
 
 
 def test_critic_values_and_update_packed_equal_padded(monkeypatch, builtin_assets):
