@@ -89,8 +89,9 @@ class MixedPrecisionConfig:
     """Not in verl. CPU: run forward and backward under ``torch.autocast("cpu", param_dtype)``, so
     matrix products compute in bf16 while the weights, gradients and optimizer state stay fp32 (what
     FSDP2's mixed precision does on GPU). Off by default: CPU runs compute in fp32, where the ``hf``
-    rollout's log-probs equal the trainer's bit for bit. On a CPU with bf16 instructions (AVX512-BF16,
-    AMX) it cuts the update's time severalfold. Needs param_dtype=bf16. No effect on GPU."""
+    rollout's log-probs equal the trainer's within 1e-5 (bit for bit on some CPUs). On a CPU with
+    bf16 instructions (AVX512-BF16, AMX) it cuts the update's time severalfold. Needs
+    param_dtype=bf16. No effect on GPU."""
 
     def validate(self, path: str) -> None:
         for key in ("param_dtype", "reduce_dtype", "buffer_dtype"):

@@ -120,7 +120,7 @@ class RolloutConfig:
     """Not in verl. CPU: generate in ``dtype`` too (the hf rollout holds its weight copy in it, vllm
     loads the model in it). Decoding reads every weight once per token, so bf16 halves what it reads.
     Off by default: CPU generates in fp32, where the hf rollout's log-probs equal an fp32 trainer's
-    bit for bit. No effect on GPU."""
+    within 1e-5 (bit for bit on some CPUs). No effect on GPU."""
     gpu_memory_utilization: float = ranged(0.5, between(0, 1, low_open=True))
     """Fraction of GPU memory for the inference engine's KV cache (vllm/sglang)."""
     ignore_eos: bool = False

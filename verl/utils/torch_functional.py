@@ -80,7 +80,8 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     """``log_softmax(logits)[..., labels]``: log-probability of each label, shape ``labels.shape``.
 
     Rollout backends and the trainer both call this function, so the behaviour log-probs
-    and the recomputed ones are the same computation (bit-exact on CPU in fp32).
+    and the recomputed ones are the same computation (on CPU in fp32 equal within 1e-5, bit-exact
+    on some CPUs).
     """
     logp = F.log_softmax(logits, dim=-1)
     return torch.gather(logp, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)

@@ -1,7 +1,8 @@
 """Forward functions shared by the trainer and the rollout engine.
 
 The rollout recomputes the log-probs of the tokens it sampled with the same function the
-actor uses, so on CPU in fp32 the two agree bit for bit (same weights, same shapes).
+actor uses, so on CPU in fp32 the two agree to rounding (same weights, same shapes): within 1e-5,
+bit for bit on some CPUs.
 
 Layout: ``input_ids`` is ``[prompt (left-padded, P) | response (right-padded, R)]``; the
 logits that predict response token ``t`` sit at position ``P - 1 + t``. With ``packed`` the same

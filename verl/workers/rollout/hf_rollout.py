@@ -11,9 +11,10 @@ version.
 With ``rollout.calculate_log_probs`` (needed for off-policy correction), ``rollout_log_probs``
 are recomputed after generation by one teacher-forced forward pass with the trainer's own
 function (:func:`verl.workers.forward.response_log_probs`), so they equal the trainer's
-log-probs bit for bit on CPU in fp32. The log-probs seen while decoding differ from them by
-float rounding of the cached attention; that gap is reported as
-``rollout/decode_logprob_diff_max``.
+log-probs on CPU in fp32 to rounding: within 1e-5, bit for bit on some CPUs (the LM head's
+product can take another GEMM kernel, since this copy's weights do not require grad). The
+log-probs seen while decoding differ from them by float rounding of the cached attention; that gap
+is reported as ``rollout/decode_logprob_diff_max``.
 """
 
 from __future__ import annotations
