@@ -12,6 +12,8 @@ from typing import Any
 from verl.builtin import task, tool_task
 from verl.builtin.warmup import ensure_builtin_model
 from verl.config.ppo_trainer import PPOTrainerConfig
+from verl.config.rm_trainer import RMTrainerConfig
+from verl.config.sft_trainer import SFTTrainerConfig
 
 
 def is_builtin_model(path: str) -> bool:
@@ -29,14 +31,14 @@ def prepare_ppo_assets(config: PPOTrainerConfig) -> None:
     tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
 
 
-def prepare_sft_assets(config: Any) -> None:
-    """The SFT trainer's built-in chats and model (``config``: an ``SFTTrainerConfig``)."""
+def prepare_sft_assets(config: SFTTrainerConfig) -> None:
+    """The SFT trainer's built-in chats and model."""
     task.ensure_builtin_sft_data(*data_files(config.data))
     ensure_builtin_model(config.model.path)
 
 
-def prepare_preference_assets(config: Any) -> None:
-    """The reward-model trainer's built-in preference pairs and model (an ``RMTrainerConfig``)."""
+def prepare_preference_assets(config: RMTrainerConfig) -> None:
+    """The reward-model trainer's built-in preference pairs and model."""
     task.ensure_builtin_preference_data(*data_files(config.data))
     ensure_builtin_model(config.model.path)
 
