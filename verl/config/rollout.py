@@ -130,8 +130,9 @@ class RolloutConfig:
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prompt prefixes (vllm; reset after every weight update)."""
     weight_sync_check: bool = True
-    """After each weight sync, score a probe sequence with the rollout engine and the trainer and stop the
-    run if they disagree (the engine is not running the trained weights)."""
+    """After each weight sync, check that the engine runs the trained weights and stop the run if not: the
+    weights read back from the engine must hash exactly as the ones sent (in the engine's dtype), and a
+    probe sequence's log-probs from the engine and the trainer must agree (docs/rollout.md)."""
     weight_sync_check_tol: float | None = ranged(None, POSITIVE)
     """Largest mean absolute log-prob gap the probe accepts; null: 1e-3 when both the engine and the
     actor compute in fp32 (CPU by default), else 0.15 (bf16/fp16 on either side: GPU, or CPU with

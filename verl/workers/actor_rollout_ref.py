@@ -48,6 +48,8 @@ from verl.workers.rollout import (
     syncs_lora_adapter,
     verify_weight_sync,
 )
+from verl.workers.rollout.gap import GapSums
+from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, fingerprinted
 from verl.workers.rollout.staged import StagedWeights
 from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
@@ -191,19 +193,34 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self, version: int) -> dict[str, float]:
         """Push the actor's weights into the colocated rollout as ``version`` (the driver owns the
-        counter), then verify with a probe that the engine runs them (``rollout.weight_sync_check``)."""
+        counter), then verify that the engine runs them (``rollout.weight_sync_check``): the weights
+        read back from the engine must hash as the ones sent, and a probe's log-probs stay close."""
         cfg = self.config.rollout
         probe = self._probe_ids()
         expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
-        parcel = IN_PROCESS.send(self._rollout_weights(), version)
+        weights, sent = self._rollout_weights(), None
+        if expected is not None and not syncs_lora_adapter(cfg, self.config.model):
+            sent = (self._fingerprint_spec(version), Fingerprint())
+            weights = fingerprinted(weights, *sent, skip=self._buffer_names())
+        parcel = IN_PROCESS.send(weights, version)
         self.engine.update_weights(IN_PROCESS.receive(parcel), version)
         metrics: dict[str, float] = {"rollout/weight_sync_mb": parcel.megabytes}
         self.version = version
         if expected is not None:
             tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else LOW_PRECISION_PROBE_TOL)
-            gap = verify_weight_sync(self.engine, probe, expected, tol, version)
+            gap = verify_weight_sync(self.engine, probe, expected, tol, version, sent)
             metrics["rollout/weight_sync_probe_gap"] = gap
         return metrics
+
+    def _fingerprint_spec(self, version: int) -> FingerprintSpec:
+        """What the sync check hashes: the weights in the engine's dtype, columns sampled anew per
+        version within a read-back budget (:mod:`verl.workers.rollout.probe`)."""
+        count = sum(p.numel() for p in self.actor.module.parameters())
+        return FingerprintSpec.for_model(engine_dtype(self.config.rollout, self.device.type), count, version)
+
+    def _buffer_names(self) -> frozenset[str]:
+        """Persistent buffers the actor sends (e.g. rotary tables): engines hold no parameter for them."""
+        return frozenset(name for name, _ in self.actor.module.named_buffers())
 
     def _rollout_weights(self):
         """What the rollout loads: the actor's full weights (LoRA adapters merged in), or the
@@ -345,10 +362,15 @@ class ActorRolloutRefWorker(Worker):
         entropy = self._entropy_options() if cfg.entropy_coeff != 0 or on_policy else None
         packed = self.config.model.use_remove_padding
 
+        gap = GapSums()  # on-policy: the rollout/trainer gap that the old-log-prob pass would report
+
         def loss_fn(module, micro):
+            nonlocal gap
             out = response_log_probs(module, micro, temperature, entropy, packed=packed)
             if on_policy:
                 micro = {**micro, "old_log_probs": out["log_probs"].detach()}
+                if "rollout_log_probs" in micro:
+                    gap += GapSums.of(micro["rollout_log_probs"], out["log_probs"], micro["response_mask"])
             loss, metrics = compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
             # sequence parallel: the group's gradient is split over its ranks, which the engine
             # averages with every other rank's: scaled by the group size it sums instead
@@ -372,6 +394,7 @@ class ActorRolloutRefWorker(Worker):
         with ulysses.sequence_parallel(self.sp_group):
             metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
         metrics.update(self._perf_metrics(data, time.perf_counter() - start))
+        metrics.update(gap.over_ranks().metrics() if on_policy else {})
         metrics["lr"] = self.actor.lr_scheduler_step()
         first = data.batch["attention_mask"][0].bool()
         self.last_sequence = data.batch["input_ids"][0][first].tolist()

@@ -46,6 +46,7 @@ from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
 from verl.workers.rollout.client import RolloutClient
+from verl.workers.rollout.gap import GapSums
 
 logger = logging.getLogger(__name__)
 
@@ -54,16 +55,9 @@ def rollout_trainer_gap(
     rollout_lp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
     """How far the rollout engine's log-probs of the sampled tokens are from the trainer's, under
-    verl's names: probabilities (``training/rollout_probs_diff_*``) and log-probs."""
-    if not mask.any():
-        return {}
-    probs_diff = (rollout_lp[mask].exp() - old_lp[mask].exp()).abs()
-    return {
-        "training/rollout_probs_diff_max": float(probs_diff.max()),
-        "training/rollout_probs_diff_mean": float(probs_diff.mean()),
-        "training/rollout_probs_diff_std": float(probs_diff.std()) if probs_diff.numel() > 1 else 0.0,
-        "training/rollout_logprob_diff_max": float((rollout_lp[mask] - old_lp[mask]).abs().max()),
-    }
+    verl's names: probabilities (``training/rollout_probs_diff_*``) and log-probs. When the update
+    takes ``old_log_probs`` from its own forward (on-policy), the update reports them instead."""
+    return GapSums.of(rollout_lp, old_lp, mask).metrics()
 
 
 @contextmanager
@@ -106,7 +100,6 @@ def update_is_on_policy(config: PPOTrainerConfig) -> bool:
         and not algo.use_kl_in_reward  # the in-reward KL reads them before the update
         and algo.rollout_correction.rollout_is is None
         and algo.rollout_correction.rollout_rs is None
-        and not config.actor_rollout_ref.rollout.calculate_log_probs  # the rollout/trainer gap metrics
         and not actor.calculate_sum_pi_squared
         and estimator is not None
         and estimator.__module__.startswith("verl.algorithms.")

@@ -14,8 +14,8 @@
 ``update_weights(named_tensors, version)`` installs new weights atomically (a generation
 never runs on a half-updated model); ``sleep()`` / ``wake_up()`` free and restore device
 memory between generations; ``sequence_log_probs(token_ids)`` scores a fixed sequence under
-the engine's current weights (the probe that verifies a weight sync, see
-:func:`verify_weight_sync`).
+the engine's current weights and ``weight_fingerprint(spec)`` hashes the weights the engine computes
+with (the probes that verify a weight sync, see :func:`verify_weight_sync`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 from verl.config.rollout import ROLLOUT_DTYPES, RolloutConfig
 from verl.protocol import DataProto
 from verl.utils.torch_functional import get_response_mask
+from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, stale_groups
 
 
 def engine_dtype(config: RolloutConfig, device_type: str) -> str:
@@ -56,6 +57,11 @@ class Rollout(ABC):
     @abstractmethod
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         """Log-probs at temperature 1 of ``token_ids[1:]``, each given the tokens before it."""
+
+    def weight_fingerprint(self, spec: FingerprintSpec) -> dict[str, int | None] | None:
+        """The :mod:`~verl.workers.rollout.probe` fingerprint of the weights the engine computes with;
+        None where the backend cannot read them back (then only the log-prob probe checks a sync)."""
+        return None
 
     def state_dict(self) -> dict:
         """State that determines future generations (the sampling RNG), for exact resume."""
@@ -124,12 +130,35 @@ class WeightSyncError(RuntimeError):
 
 
 def verify_weight_sync(
-    rollout: Rollout, token_ids: list[int], expected: torch.Tensor, tolerance: float, version: int
+    rollout: Rollout,
+    token_ids: list[int],
+    expected: torch.Tensor,
+    tolerance: float,
+    version: int,
+    sent: tuple[FingerprintSpec, Fingerprint] | None = None,
 ) -> float:
-    """Score the probe ``token_ids`` with the engine and compare with the trainer's log-probs
-    ``expected``; returns the mean absolute gap, raises :class:`WeightSyncError` above
-    ``tolerance``. A sync that silently left old (or partial) weights in the engine moves these
-    log-probs by far more than float rounding does."""
+    """Check that the engine runs the weights just sent as ``version``; raise
+    :class:`WeightSyncError` if not, else return the probe's mean absolute log-prob gap.
+
+    * ``sent`` (the spec and fingerprint of the tensors sent, in the engine's dtype): the engine's
+      fingerprint read back after the load must equal it exactly, group by group (decoder layer,
+      embeddings, LM head, ...). This sees one missed update at any learning rate and in any
+      precision, and a sync that left a single layer, or only a packed LM head, stale.
+    * the engine's log-probs of the probe ``token_ids`` against the trainer's ``expected``: the mean
+      absolute gap must stay within ``tolerance``. This sees an engine that holds the right weights
+      but computes something else, and covers backends that cannot read weights back."""
+    if sent is not None:
+        spec, fingerprint = sent
+        engine = rollout.weight_fingerprint(spec)
+        stale, compared = stale_groups(fingerprint, engine or {})
+        if stale:
+            raise WeightSyncError(
+                f"weight sync to version {version} failed verification: read back after the load, the "
+                f"rollout engine's weights of {len(stale)} of {compared} parts ({', '.join(stale[:5])}"
+                f"{', ...' if len(stale) > 5 else ''}) differ from the ones the trainer sent (compared "
+                f"exactly, in {spec.dtype}); the engine is not running the trained weights. Set "
+                "actor_rollout_ref.rollout.weight_sync_check=False only to debug this"
+            )
     got = rollout.sequence_log_probs(token_ids).float()
     gap = float((got - expected.float().cpu()).abs().mean())
     if not gap <= tolerance:

@@ -40,6 +40,7 @@ from verl.workers.forward import (
     whole_sequence_batch,
 )
 from verl.workers.rollout.base import Rollout, engine_dtype, response_tensors
+from verl.workers.rollout.probe import FingerprintSpec, module_fingerprint
 from verl.workers.rollout.sampling import SamplingParams, derived_seed, sample_tokens
 
 
@@ -113,6 +114,10 @@ class HFRollout(Rollout):
                 tensor.copy_(state[name])
         self.version = version
         return True
+
+    def weight_fingerprint(self, spec: FingerprintSpec) -> dict[str, int | None]:
+        """Its parameters are what it computes with (see :mod:`~verl.workers.rollout.probe`)."""
+        return module_fingerprint(self.module, spec)
 
     def state_dict(self) -> dict:
         return {"version": self.version, "generator": self.generator.get_state()}

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from verl.workers.rollout.base import Rollout
+from verl.workers.rollout.probe import FingerprintSpec
 from verl.workers.rollout.sampling import SamplingParams
 
 
@@ -158,6 +159,9 @@ class RolloutServer:
 
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         return self._run_on_loop(lambda: self.rollout.sequence_log_probs(token_ids))
+
+    def weight_fingerprint(self, spec: FingerprintSpec) -> dict[str, int | None] | None:
+        return self._run_on_loop(lambda: self.rollout.weight_fingerprint(spec))
 
     def pause(self) -> None:
         """Return once no step runs; none starts until :meth:`resume`. Requests are kept."""

@@ -49,6 +49,7 @@ from verl.workers.rollout.engine_rollout import (
     prompt_token_ids,
     syncs_lora_adapter,
 )
+from verl.workers.rollout.probe import FingerprintSpec, vllm_fingerprint
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 from verl.workers.rollout.sampling import derived_seed
 
@@ -240,6 +241,15 @@ class VLLMRollout(EngineRollout):
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
             self.llm.reset_prefix_cache()
             self.version = version
+
+    def weight_fingerprint(self, spec: FingerprintSpec) -> dict[str, int | None] | None:
+        """The weights this rank's engine computes with, read through its kernels
+        (:func:`~verl.workers.rollout.probe.vllm_fingerprint`); None with LoRA (adapters apart) and
+        with tensor parallelism (a rank holds a shard, which the trainer does not hash apart)."""
+        if self.lora is not None or self.config.tensor_model_parallel_size > 1:
+            return None
+        with self._engine_lock:
+            return self.llm.collective_rpc(vllm_fingerprint, args=(spec,))[0]
 
     def _swap_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load the adapter ``named_tensors`` (peft's saved names) under :data:`LORA_ID` in place
