@@ -4,12 +4,21 @@ The engine holds its own copy of the weights, generates from unpadded prompt ids
 ids (and their log-probs); this base keeps the state every such backend needs (sampling settings,
 the weight version, whether the engine is asleep, one lock around engine calls) and turns the
 engine's outputs into the rollout batch. A subclass builds its engine and implements the calls.
+
+The engine's memory follows its :class:`~verl.workers.rollout.lifecycle.EngineLifecycle`, whichever
+backend wrote the calls and whoever makes them (the colocated worker, the rollout server, the
+async trainer): the base wraps each subclass's ``update_weights`` (and ``weight_fingerprint``) so
+that they run with the weights awake, and its ``generate_sequences`` and ``sequence_log_probs`` so
+that they run fully awake; ``sleep()`` frees the memory again.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -19,6 +28,7 @@ from verl.config.rollout_backends import rollout_backend
 from verl.protocol import DataProto
 from verl.workers.engine.lora import uses_lora
 from verl.workers.rollout.base import Rollout, assemble_responses
+from verl.workers.rollout.lifecycle import EngineLifecycle, MemoryCalls
 from verl.workers.rollout.sampling import SamplingParams
 
 
@@ -50,7 +60,35 @@ def prompt_token_ids(prompts: DataProto) -> list[list[int]]:
     return [row[m].tolist() for row, m in zip(ids, mask)]
 
 
+NEEDS_WEIGHTS = ("update_weights", "weight_fingerprint")
+"""Engine calls that need the engine's weights in device memory (not its KV cache)."""
+NEEDS_ENGINE = ("generate_sequences", "sequence_log_probs")
+"""Engine calls that run the model: weights and KV cache."""
+
+
+def _after(wake: Callable[[EngineLifecycle], None], method: Callable) -> Callable:
+    """``method``, run after ``wake`` has brought the rollout's engine to the state it needs."""
+
+    @functools.wraps(method)
+    def woken(self: EngineRollout, *args: Any, **kwargs: Any) -> Any:
+        with self._engine_lock:  # not between another thread's engine call and its end
+            wake(self.lifecycle)
+        return method(self, *args, **kwargs)
+
+    return woken
+
+
 class EngineRollout(Rollout):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for names, wake in (
+            (NEEDS_WEIGHTS, EngineLifecycle.wake_weights),
+            (NEEDS_ENGINE, EngineLifecycle.wake_up),
+        ):
+            for name in names:
+                if name in cls.__dict__:
+                    setattr(cls, name, _after(wake, cls.__dict__[name]))
+
     def __init__(
         self,
         config: RolloutConfig,
@@ -65,7 +103,6 @@ class EngineRollout(Rollout):
         self.device = device
         self.seed = seed
         self.version = 0
-        self.asleep = False
         # one engine call at a time: a weight update arriving from another thread (the async
         # trainer publishes while a generation runs) waits for the generation to finish
         self._engine_lock = threading.Lock()
@@ -75,23 +112,22 @@ class EngineRollout(Rollout):
         """Whether :meth:`sleep` releases the engine's memory (``rollout.free_cache_engine``)."""
         return self.config.free_cache_engine
 
-    def release_memory(self) -> None:
-        """The engine's call that frees its device memory."""
+    def memory_calls(self) -> MemoryCalls:
+        """The engine's calls that free and take back its memory."""
         raise NotImplementedError
 
-    def resume_memory(self) -> None:
-        """The engine's call that takes its device memory back."""
-        raise NotImplementedError
+    @cached_property
+    def lifecycle(self) -> EngineLifecycle:
+        """Built on first use: the subclass builds its engine after this base's ``__init__``."""
+        return EngineLifecycle(self.memory_calls(), self.frees_memory_when_asleep())
 
     def sleep(self) -> None:
-        if self.frees_memory_when_asleep() and not self.asleep:
-            self.release_memory()
-            self.asleep = True
+        with self._engine_lock:
+            self.lifecycle.sleep()
 
     def wake_up(self) -> None:
-        if self.asleep:
-            self.resume_memory()
-            self.asleep = False
+        with self._engine_lock:
+            self.lifecycle.wake_up()
 
     # ------------------------------------------------------------------ outputs
     def assemble(

@@ -40,6 +40,7 @@ from verl.workers.forward import (
     whole_sequence_batch,
 )
 from verl.workers.rollout.base import Rollout, engine_dtype, response_tensors
+from verl.workers.rollout.lifecycle import EngineLifecycle, ModuleOffload
 from verl.workers.rollout.probe import FingerprintSpec, module_fingerprint
 from verl.workers.rollout.sampling import SamplingParams, derived_seed, sample_tokens
 
@@ -84,6 +85,9 @@ class HFRollout(Rollout):
         self._lock = threading.Lock()
         self._generate_lock = threading.Lock()
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        # rollout.offload_weights: the module lives in host memory between generations (on CUDA)
+        offloads = device.type == "cuda" and config.offload_weights
+        self.lifecycle = EngineLifecycle(ModuleOffload(self.module, device), frees_memory=offloads)
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
@@ -105,6 +109,7 @@ class HFRollout(Rollout):
         if pending is None:
             return False
         state, version = pending
+        self.lifecycle.wake_weights()  # loaded where the module computes, not into its offloaded copy
         own = self.module.state_dict()
         missing = [k for k in own if k not in state]
         if missing:
@@ -131,6 +136,7 @@ class HFRollout(Rollout):
         # one generation at a time (e.g. validation and an async rollout in two threads);
         # weight updates never wait for it
         with self._generate_lock:
+            self.lifecycle.wake_up()
             return self._generate_sequences(prompts)
 
     def _generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -251,17 +257,16 @@ class HFRollout(Rollout):
     def sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
         micro = {k: v.to(self.device) for k, v in whole_sequence_batch(token_ids).items()}
         with self._generate_lock:  # not while a generation has half-applied weights
+            self.lifecycle.wake_up()
             self._apply_pending()
             return response_log_probs(self.module, micro, 1.0)["log_probs"][0].float().cpu()
 
     def sleep(self) -> None:
-        if self.device.type == "cuda" and self.config.offload_weights:
-            self.module.to("cpu")
-            torch.cuda.empty_cache()
+        with self._generate_lock:  # not under a generation in another thread
+            self.lifecycle.sleep()
 
     def wake_up(self) -> None:
-        if self.device.type == "cuda" and self.config.offload_weights:
-            self.module.to(self.device)
+        self.lifecycle.wake_up()
 
 
 def _merge_metrics(parts: list[dict[str, float]]) -> dict[str, float]:

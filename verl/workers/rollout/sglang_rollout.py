@@ -13,8 +13,10 @@ engine arguments, sampling parameters to SGLang's dict, SGLang's outputs to the 
   travel as IPC handles, not copies), with generation paused in ``retract`` mode so that requests
   in flight (server mode) survive and recompute their KV cache under the new weights; the radix
   (prefix) cache is flushed with the last bucket;
-* ``sleep()``/``wake_up()`` release and resume the engine's GPU memory (weights and KV cache) when
-  ``free_cache_engine`` is set (SGLang's memory saver);
+* ``sleep()`` releases the engine's GPU memory (weights and KV cache) when ``free_cache_engine`` is
+  set (SGLang's memory saver); a weight update resumes the weights alone, generating and the probe
+  the KV cache too (:mod:`verl.workers.rollout.lifecycle`). The update's flush of the radix cache
+  rides with its last bucket, KV cache resumed or not, as verl flushes before resuming it;
 * sampling is seeded by the engine's ``random_seed``; per-request seeds
   (``sampling_seed``) take effect only with ``engine_kwargs.sglang.enable_deterministic_inference``.
 """
@@ -33,6 +35,7 @@ from verl.protocol import DataProto
 from verl.utils.model import eos_token_ids
 from verl.workers.rollout.base import engine_dtype
 from verl.workers.rollout.engine_rollout import EngineRollout, engine_model_dir, prompt_token_ids
+from verl.workers.rollout.lifecycle import SGLangMemory
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 from verl.workers.rollout.sampling import derived_seed
 
@@ -185,11 +188,8 @@ class SGLangRollout(EngineRollout):
                 self._run(manager.continue_generation(ContinueGenerationReqInput()))
             self.version = version
 
-    def release_memory(self) -> None:
-        self.engine.release_memory_occupation()
-
-    def resume_memory(self) -> None:
-        self.engine.resume_memory_occupation()
+    def memory_calls(self) -> SGLangMemory:
+        return SGLangMemory(self.engine)
 
     # ------------------------------------------------------------------ generation
     def generate_sequences(self, prompts: DataProto) -> DataProto:

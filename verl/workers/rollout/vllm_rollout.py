@@ -16,8 +16,10 @@ already belongs to a ``torch.distributed`` group (FSDP ranks), the engine joins 
   the adapter's tensors only: written as a peft adapter folder (``/dev/shm`` where it exists)
   and swapped in under one fixed LoRA id, which every request names, so a swap between two
   decoding steps reaches the requests in flight as a weight reload does;
-* ``sleep()``/``wake_up()`` free the KV cache (and weights, level 1) on GPU when
-  ``free_cache_engine`` is set; on CPU vLLM has no sleep mode and they do nothing;
+* ``sleep()`` frees the weights (to host memory, level 1) and the KV cache on GPU when
+  ``free_cache_engine`` is set; a weight update wakes the weights alone, generating and the probe
+  wake the KV cache too (:mod:`verl.workers.rollout.lifecycle`); on CPU vLLM has no sleep mode and
+  none of these calls is made;
 * sampling is seeded per request batch through torch's global generator (the in-process
   engine samples with it); per-request ``SamplingParams(seed=...)`` fails on CPU for large
   batches.
@@ -49,6 +51,7 @@ from verl.workers.rollout.engine_rollout import (
     prompt_token_ids,
     syncs_lora_adapter,
 )
+from verl.workers.rollout.lifecycle import VLLMMemory
 from verl.workers.rollout.probe import FingerprintSpec, vllm_fingerprint
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 from verl.workers.rollout.sampling import derived_seed
@@ -269,11 +272,8 @@ class VLLMRollout(EngineRollout):
     def frees_memory_when_asleep(self) -> bool:
         return self.device.type == "cuda" and self.config.free_cache_engine
 
-    def release_memory(self) -> None:
-        self.llm.sleep(level=1)
-
-    def resume_memory(self) -> None:
-        self.llm.wake_up()
+    def memory_calls(self) -> VLLMMemory:
+        return VLLMMemory(self.llm)
 
     # ------------------------------------------------------------------ generation
     def _sampling_params(self, params: Sampling, **extra: Any):
