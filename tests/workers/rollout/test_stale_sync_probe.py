@@ -89,9 +89,8 @@ def _restore_packed_head(worker) -> None:
     worker.model_runner.model.lm_head.cpu_linear = worker.stale_head_kernel
 
 
-def install_fault(rollout, fault: str) -> None:
-    """Wrap ``rollout.update_weights`` (the engine's weight loading) with ``fault``."""
-    load = rollout.update_weights
+def install_fault(rollout, fault: str, load) -> None:
+    """Make ``rollout.update_weights`` (the engine's weight loading) run ``load`` with ``fault``."""
 
     def faulty(named_tensors, version):
         if fault == "nothing":
@@ -114,9 +113,10 @@ WORLD_OF_ONE = dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0
 
 
 class SyncHarness:
-    """A colocated actor + rollout (world size 1) that trains on random batches and syncs."""
+    """A colocated actor + rollout (world size 1) that trains on random batches and syncs; one per
+    backend serves every test of this module (an engine start costs more than the tests)."""
 
-    def __init__(self, backend: str, fault: str | None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, backend: str, env: dict[str, str] | None = None) -> None:
         os.environ.update(env or {})
         from verl.config.ppo_trainer import load_config
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -124,61 +124,68 @@ class SyncHarness:
         config = load_config([f"actor_rollout_ref.rollout.name={backend}", *BF16_AT_VERL_LR])
         self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor_rollout")
         self.worker.init_model()
-        if fault is not None:
-            install_fault(self.worker.rollout, fault)
+        self.healthy_load = self.worker.rollout.update_weights
+        self.version = 0
 
-    def run(self, steps: int) -> dict:
-        """Update and sync ``steps`` times; the probe gaps, or the first error's message."""
+    def run(self, steps: int, fault: str | None = None) -> dict:
+        """Update and sync ``steps`` times, the loads made faulty by ``fault``; the probe gaps, or
+        the first error's message and how many syncs it took. A failed sync leaves the engine
+        stale: the next healthy one loads every weight again."""
         from verl.workers.rollout import WeightSyncError
 
+        if fault is not None:
+            install_fault(self.worker.rollout, fault, self.healthy_load)
         gaps = []
-        for step in range(1, steps + 1):
-            self.worker.update_actor(update_batch(self.worker.tokenizer, step))
-            try:
-                gaps.append(self.worker.update_weights(step)["rollout/weight_sync_probe_gap"])
-            except WeightSyncError as error:
-                return {"step": step, "error": str(error), "gaps": gaps}
-        return {"step": steps, "error": None, "gaps": gaps}
+        try:
+            for step in range(1, steps + 1):
+                self.version += 1
+                self.worker.update_actor(update_batch(self.worker.tokenizer, self.version))
+                try:
+                    gaps.append(self.worker.update_weights(self.version)["rollout/weight_sync_probe_gap"])
+                except WeightSyncError as error:
+                    return {"step": step, "version": self.version, "error": str(error), "gaps": gaps}
+            return {"step": steps, "version": self.version, "error": None, "gaps": gaps}
+        finally:
+            self.worker.rollout.update_weights = self.healthy_load
 
 
-def run_harness(monkeypatch, backend: str, fault: str | None, steps: int) -> dict:
+@pytest.fixture(scope="module", params=BACKENDS)
+def harness(request, ray_session, builtin_assets):
     """The hf rollout in this process; a vLLM engine in a Ray actor of its own (an engine, once
-    started, keeps process-wide state)."""
-    if backend == "hf":
-        for key, value in WORLD_OF_ONE.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("MASTER_PORT", raising=False)
-        return SyncHarness(backend, fault).run(steps)
+    started, keeps process-wide state). Returns ``run(steps, fault)``."""
+    if request.param == "hf":
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in WORLD_OF_ONE.items():
+                patch.setenv(key, value)
+            patch.delenv("MASTER_PORT", raising=False)
+            yield SyncHarness("hf").run
+        return
     import ray
 
-    harness = ray.remote(num_cpus=0)(SyncHarness).remote(backend, fault, WORLD_OF_ONE)
+    actor = ray.remote(num_cpus=0)(SyncHarness).remote("vllm", WORLD_OF_ONE)
     try:
-        return ray.get(harness.run.remote(steps), timeout=600)
+        yield lambda steps, fault=None: ray.get(actor.run.remote(steps, fault), timeout=600)
     finally:
-        ray.kill(harness)
+        ray.kill(actor)
 
 
 # ---------------------------------------------------------------------------- tests
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("fault", "stale"),
     [("nothing", "model.layers.0"), ("skip_layer", "model.layers.1"), ("stale_head", "lm_head")],
 )
-def test_a_stale_sync_in_bf16_is_caught_at_the_first_step(monkeypatch, backend, fault, stale):
-    result = run_harness(monkeypatch, backend, fault, steps=3)
+def test_a_stale_sync_in_bf16_is_caught_at_the_first_step(harness, fault, stale):
+    result = harness(3, fault)
     assert result["step"] == 1, result
-    assert "weight sync to version 1 failed verification" in result["error"]
+    assert f"weight sync to version {result['version']} failed verification" in result["error"]
     assert stale in result["error"] and "compared exactly, in bfloat16" in result["error"]
     if fault != "nothing":  # a partial fault names only what it left stale
         assert "model.layers.2" not in result["error"]
 
 
 @pytest.mark.slow  # 100 updates: about a minute on 2 cores
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_healthy_bf16_run_raises_no_false_alarm_in_100_steps(monkeypatch, backend):
-    result = run_harness(monkeypatch, backend, None, steps=100)
+def test_a_healthy_bf16_run_raises_no_false_alarm_in_100_steps(harness):
+    result = harness(100)
     assert result["error"] is None, result["error"]
     assert len(result["gaps"]) == 100
     assert max(result["gaps"]) < 0.15  # the log-prob probe, next to the exact one, stays within bf16's
