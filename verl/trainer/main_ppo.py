@@ -80,7 +80,12 @@ def _fit_with_restarts(config: PPOTrainerConfig, trainer_cls: type) -> dict[str,
                 "from the last checkpoint in %s",
                 attempt + 1,
                 max_restarts,
-                str(error).splitlines()[0],
+                " ".join(
+                    [
+                        f"{type(error).__name__}: {str(error).splitlines()[0]}",
+                        *getattr(error, "__notes__", []),
+                    ]
+                ),
                 config.trainer.default_local_dir,
             )
             config.trainer.resume_mode = "auto"
