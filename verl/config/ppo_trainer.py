@@ -31,6 +31,7 @@ from verl.config.data import DataConfig
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS, GenRMRolloutConfig
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
+from verl.config.rollout_backends import tensor_parallel_size
 from verl.config.trainer import RayInitConfig, TrainerConfig
 from verl.config.verl_extras import check_verl_extras, noted_extra_keys
 
@@ -94,6 +95,7 @@ class PPOTrainerConfig:
         )
         self._check_batch_sizes()
         self._check_sequence_parallel()
+        self._check_rollout_tensor_parallel()
         self._check_sampling()
         self._check_agent_loop()
         if self.trainer.mode == "async":
@@ -251,6 +253,32 @@ class PPOTrainerConfig:
             "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
             f"the actor's ({size}): the reference runs in the actor's processes and groups",
             arr.ref.ulysses_sequence_parallel_size,
+        )
+
+    def _check_rollout_tensor_parallel(self) -> None:
+        """An engine spans ``tensor_model_parallel_size`` consecutive ranks of the rollout's pool."""
+        size = tensor_parallel_size(self.actor_rollout_ref.rollout)
+        trainer = self.trainer
+        if self.trainer.mode == "async":
+            ranks, where = (
+                self.async_training.rollout_n_gpus * trainer.nnodes,
+                "async_training.rollout_n_gpus",
+            )
+        else:
+            ranks, where = trainer.n_gpus_per_node * trainer.nnodes, "trainer.n_gpus_per_node"
+        check(
+            ranks % size == 0,
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            f"a divisor of the rollout's {ranks} ranks ({where} x trainer.nnodes)",
+            size,
+        )
+        check(
+            size == 1 or trainer.mode != "async" or not self.async_training.partial_rollout,
+            "async_training.partial_rollout",
+            "False with a tensor-parallel rollout (every rank of an engine must install a published "
+            "version before the same batch; a version swapped in at once could land between two batches "
+            "on one rank and mid-batch on another)",
+            True,
         )
 
 

@@ -33,6 +33,9 @@ class RolloutBackend:
     device memory pools), so the worker's process cannot be reused by the next run."""
     serves_lora_adapters: bool = False
     """The engine takes a LoRA adapter on top of base weights it loaded itself."""
+    tensor_parallel: bool = False
+    """One engine spans ``rollout.tensor_model_parallel_size`` consecutive ranks
+    (:mod:`verl.workers.rollout.tp_group`); else each rank runs its own engine."""
 
 
 ROLLOUT_BACKENDS: dict[str, RolloutBackend] = {}
@@ -53,13 +56,47 @@ def rollout_backend(name: str) -> RolloutBackend:
     return ROLLOUT_BACKENDS[name]
 
 
-def one_engine_per_rank(config: Any, path: str) -> None:
-    """Each rank runs its own engine: tensor-parallel engines are not supported yet."""
+def tensor_parallel_size(config: Any) -> int:
+    """Ranks per engine: ``rollout.tensor_model_parallel_size`` for a backend whose engines span
+    ranks, 1 for one that runs an engine per rank (the key is inert there, e.g. ``hf``)."""
+    return config.tensor_model_parallel_size if rollout_backend(config.name).tensor_parallel else 1
+
+
+def check_tensor_parallel_model(size: int, hf_config: Any) -> None:
+    """The model splits over ``size`` ranks: its query heads evenly, its key/value heads evenly or
+    replicated (``size`` a multiple of their count), as vLLM shards attention."""
+    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    heads = hf_config.num_attention_heads
+    kv = getattr(hf_config, "num_key_value_heads", None) or heads
+    check(heads % size == 0, key, f"a divisor of the model's {heads} attention heads", size)
+    check(
+        kv % size == 0 or size % kv == 0,
+        key,
+        f"a divisor or a multiple of the model's {kv} key/value heads",
+        size,
+    )
+
+
+def vllm_tensor_parallel_in_sync_mode(config: Any, path: str) -> None:
+    """Tensor-parallel vLLM engines run batched generation (``rollout.mode=sync``) only, for now."""
+    check(
+        config.tensor_model_parallel_size == 1 or config.mode == "sync",
+        f"{path}.tensor_model_parallel_size",
+        "1 with rollout.mode=async (server mode over a tensor-parallel engine is not wired yet: every "
+        "rank of the engine would have to replay the steps of the one that fronts it); use "
+        "rollout.mode=sync",
+        config.tensor_model_parallel_size,
+    )
+
+
+def sglang_one_engine_per_rank(config: Any, path: str) -> None:
+    """SGLang runs one engine per rank: its tensor-parallel path has no CPU build to be tested on."""
     check(
         config.tensor_model_parallel_size == 1,
         f"{path}.tensor_model_parallel_size",
-        f"1 with rollout.name={config.name} (each rank runs its own engine; tensor-parallel engines are "
-        "not supported yet)",
+        "1 with rollout.name=sglang (each rank runs its own engine; tensor-parallel SGLang engines are "
+        "not wired: SGLang has no CPU build to test them on. rollout.name=vllm runs tensor-parallel "
+        "engines)",
         config.tensor_model_parallel_size,
     )
 
@@ -74,9 +111,10 @@ register_rollout_backend(
         "vllm",
         "verl.workers.rollout.vllm_rollout:VLLMRollout",
         "verl.workers.rollout.vllm_engine:VLLMStepEngine",
-        check=one_engine_per_rank,
+        check=vllm_tensor_parallel_in_sync_mode,
         keeps_state_in_worker=False,
         serves_lora_adapters=True,
+        tensor_parallel=True,
     )
 )
 register_rollout_backend(
@@ -84,7 +122,7 @@ register_rollout_backend(
         "sglang",
         "verl.workers.rollout.sglang_rollout:SGLangRollout",
         "verl.workers.rollout.sglang_engine:SGLangStepEngine",
-        check=one_engine_per_rank,
+        check=sglang_one_engine_per_rank,
         keeps_state_in_worker=False,
     )
 )

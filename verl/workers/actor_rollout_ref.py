@@ -51,6 +51,7 @@ from verl.workers.rollout import (
 from verl.workers.rollout.gap import GapSums
 from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, fingerprinted
 from verl.workers.rollout.staged import StagedWeights
+from verl.workers.rollout.tp_group import engine_seed
 from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
@@ -133,7 +134,7 @@ class ActorRolloutRefWorker(Worker):
                 model_cfg,
                 self.tokenizer,
                 self.device,
-                self.config.rollout.seed + self.rank,
+                engine_seed(self.config.rollout, self.rank),  # the ranks of one engine share it
             )
             self.staged = StagedWeights(self.rollout)
             if self.config.rollout.mode == "async":

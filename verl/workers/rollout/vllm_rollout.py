@@ -3,7 +3,9 @@
 One engine per rollout rank, run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that
 weight updates are handed over in memory, with no copy through a socket. When the worker
 already belongs to a ``torch.distributed`` group (FSDP ranks), the engine joins it as an
-``external_launcher`` engine: each rank drives its own engine on its own share of the batch.
+``external_launcher`` engine: each rank drives its own engine on its own share of the batch, or with
+``tensor_model_parallel_size=T`` each group of ``T`` consecutive ranks drives one engine, sharded
+over them, on the group's rows (:mod:`verl.workers.rollout.tp_group`).
 
 * prompts go in as token ids (left padding stripped), responses come back as token ids,
   right-padded, with the engine's log-probs of the sampled tokens as ``rollout_log_probs``
@@ -41,6 +43,7 @@ from typing import Any
 import torch
 
 from verl.config.rollout import RolloutConfig
+from verl.config.rollout_backends import check_tensor_parallel_model
 from verl.protocol import DataProto
 from verl.utils.model import eos_token_ids
 from verl.workers.engine.lora import peft_settings
@@ -55,6 +58,7 @@ from verl.workers.rollout.lifecycle import VLLMMemory
 from verl.workers.rollout.probe import FingerprintSpec, vllm_fingerprint
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 from verl.workers.rollout.sampling import derived_seed
+from verl.workers.rollout.tp_group import EngineGroup, engine_group, gather_batch, gather_probes, own_rows
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +157,10 @@ class VLLMRollout(EngineRollout):
         seed: int,
         trust_remote_code: bool = False,
         lora: dict[str, Any] | None = None,
+        tp: EngineGroup | None = None,
     ) -> None:
+        """``tp``: the ranks this engine spans (``rollout.tensor_model_parallel_size``), None for an
+        engine of its own; ``seed`` is then the engine's, the same on each of its ranks."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines per weight update
         super().__init__(config, pad_token_id, eos_token_ids, device, seed)
@@ -162,6 +169,7 @@ class VLLMRollout(EngineRollout):
         self.lora = lora
         """peft settings (``r``, ``lora_alpha``, ``use_rslora``) when updates are LoRA adapters."""
         self.lora_request = None  # the adapter every request runs with, once one is loaded
+        self.tp = tp
         self.llm = self._build_engine(model_path, trust_remote_code)
 
     @classmethod
@@ -171,9 +179,13 @@ class VLLMRollout(EngineRollout):
         lora = peft_settings(model_config) if syncs_lora_adapter(config, model_config) else None
         path = engine_model_dir(config, model_config)
         eos = eos_token_ids(tokenizer, model_config.path)
-        return cls(
-            path, config, tokenizer.pad_token_id, eos, device, seed, model_config.trust_remote_code, lora
-        )
+        if config.tensor_model_parallel_size > 1:
+            from transformers import AutoConfig
+
+            hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
+            check_tensor_parallel_model(config.tensor_model_parallel_size, hf_config)
+        trust = model_config.trust_remote_code
+        return cls(path, config, tokenizer.pad_token_id, eos, device, seed, trust, lora, engine_group(config))
 
     # ------------------------------------------------------------------ engine
     def engine_args(self, model_path: str, trust_remote_code: bool) -> dict[str, Any]:
@@ -197,6 +209,7 @@ class VLLMRollout(EngineRollout):
             "disable_log_stats": cfg.disable_log_stats,
             "logprobs_mode": "processed_logprobs",
             "load_format": "dummy" if self.dummy_weights else "auto",
+            "tensor_parallel_size": self.tp.size if self.tp is not None else 1,
         }
         if torch.distributed.is_initialized():
             args["distributed_executor_backend"] = "external_launcher"
@@ -225,11 +238,15 @@ class VLLMRollout(EngineRollout):
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op and drops to one thread
         # for serving; this process also trains, so keep the thread count it was given.
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        if self.tp is not None and self.device.type == "cpu":
+            self.tp.clear_shared_memory()  # one a killed worker left would stop the engine
         try:
             llm = LLM(**self.engine_args(model_path, trust_remote_code))
         finally:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
+        if self.tp is not None and self.device.type == "cpu":
+            self.tp.clear_shared_memory()  # mapped by every rank now: a killed worker leaves none
         quiet_weight_reload_logs()
         return llm
 
@@ -298,13 +315,17 @@ class VLLMRollout(EngineRollout):
         params = Sampling.resolve(self.config, prompts.meta_info)
         want_log_probs = self.config.calculate_log_probs and not params.validate
         sampling = self._sampling_params(params, logprobs=0 if want_log_probs else None)
-        if "sampling_seed" in prompts.meta_info:  # the in-process engine samples with torch's RNG
+        if self.tp is not None:  # every rank of the engine submits the group's rows, seeded alike
+            prompts, seed = gather_batch(prompts, self.tp, self.seed)
+            torch.manual_seed(seed)
+        elif "sampling_seed" in prompts.meta_info:  # the in-process engine samples with torch's RNG
             torch.manual_seed(derived_seed(prompts.meta_info["sampling_seed"], self.seed))
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_ids(prompts)]
         with self._engine_lock:
             outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             version = self.version  # the weights these tokens came from
-        return self._assemble(prompts, [o.outputs[0] for o in outputs], params, want_log_probs, version)
+        out = self._assemble(prompts, [o.outputs[0] for o in outputs], params, want_log_probs, version)
+        return own_rows(out, self.tp) if self.tp is not None else out
 
     def _assemble(
         self, prompts: DataProto, completions: list, params: Sampling, with_lp: bool, version: int
@@ -322,8 +343,11 @@ class VLLMRollout(EngineRollout):
         from vllm.inputs import TokensPrompt
 
         sampling = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        # the ranks of an engine score every rank's probe (they submit the same requests)
+        probes = gather_probes(token_ids, self.tp) if self.tp is not None else [token_ids]
+        mine = self.tp.rank if self.tp is not None else 0
         with self._engine_lock:
-            prompt = [TokensPrompt(prompt_token_ids=token_ids)]
-            out = self.llm.generate(prompt, sampling, use_tqdm=False, lora_request=self.lora_request)[0]
+            prompts = [TokensPrompt(prompt_token_ids=ids) for ids in probes]
+            out = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self.lora_request)[mine]
         steps = out.prompt_logprobs[1:]  # the first prompt token has no prediction
         return torch.tensor([step[token].logprob for step, token in zip(steps, token_ids[1:])])

