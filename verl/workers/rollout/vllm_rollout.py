@@ -84,8 +84,9 @@ def _errors_only(record: logging.LogRecord) -> bool:
 
 
 def quiet_weight_reload_logs() -> None:
-    """Silence what every in-place weight reload logs by design: one fp32-to-16-bit warning per
-    parameter, and one per layer with nothing to load (rotary tables, a tied LM head). The probe of
+    """Silence what every weight load into a 16-bit engine (the first one from fp32 files, and each
+    in-place reload) logs by design: one fp32-to-16-bit warning per parameter, and one per layer
+    with nothing to load (rotary tables, a tied LM head). The probe of
     the weight-sync check is what tells whether a reload was complete. Filters, not levels: vLLM
     resets its loggers' levels when an engine starts."""
     for name, keep in (
@@ -240,6 +241,7 @@ class VLLMRollout(EngineRollout):
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         if self.tp is not None and self.device.type == "cpu":
             self.tp.clear_shared_memory()  # one a killed worker left would stop the engine
+        quiet_weight_reload_logs()  # before the first load: load_format=auto casts fp32 files too
         try:
             llm = LLM(**self.engine_args(model_path, trust_remote_code))
         finally:
@@ -247,7 +249,6 @@ class VLLMRollout(EngineRollout):
             torch.set_num_threads(threads)
         if self.tp is not None and self.device.type == "cpu":
             self.tp.clear_shared_memory()  # mapped by every rank now: a killed worker leaves none
-        quiet_weight_reload_logs()
         return llm
 
     # ------------------------------------------------------------------ weights
