@@ -5,19 +5,17 @@ ids (and their log-probs); this base keeps the state every such backend needs (s
 the weight version, whether the engine is asleep, one lock around engine calls) and turns the
 engine's outputs into the rollout batch. A subclass builds its engine and implements the calls.
 
-The engine's memory follows its :class:`~verl.workers.rollout.lifecycle.EngineLifecycle`, whichever
-backend wrote the calls and whoever makes them (the colocated worker, the rollout server, the
-async trainer): the base wraps each subclass's ``update_weights`` (and ``weight_fingerprint``) so
-that they run with the weights awake, and its ``generate_sequences`` and ``sequence_log_probs`` so
-that they run fully awake; ``sleep()`` frees the memory again.
+The engine's memory follows its :class:`~verl.workers.rollout.lifecycle.EngineLifecycle`, whoever
+makes the calls (the colocated worker, the rollout server, the async trainer): a subclass's
+``update_weights`` (and ``weight_fingerprint``) first calls ``self.lifecycle.wake_weights()``, its
+``generate_sequences`` and ``sequence_log_probs`` ``self.lifecycle.wake_up()``, each under the
+engine lock; ``sleep()`` frees the memory again.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -60,35 +58,7 @@ def prompt_token_ids(prompts: DataProto) -> list[list[int]]:
     return [row[m].tolist() for row, m in zip(ids, mask)]
 
 
-NEEDS_WEIGHTS = ("update_weights", "weight_fingerprint")
-"""Engine calls that need the engine's weights in device memory (not its KV cache)."""
-NEEDS_ENGINE = ("generate_sequences", "sequence_log_probs")
-"""Engine calls that run the model: weights and KV cache."""
-
-
-def _after(wake: Callable[[EngineLifecycle], None], method: Callable) -> Callable:
-    """``method``, run after ``wake`` has brought the rollout's engine to the state it needs."""
-
-    @functools.wraps(method)
-    def woken(self: EngineRollout, *args: Any, **kwargs: Any) -> Any:
-        with self._engine_lock:  # not between another thread's engine call and its end
-            wake(self.lifecycle)
-        return method(self, *args, **kwargs)
-
-    return woken
-
-
 class EngineRollout(Rollout):
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for names, wake in (
-            (NEEDS_WEIGHTS, EngineLifecycle.wake_weights),
-            (NEEDS_ENGINE, EngineLifecycle.wake_up),
-        ):
-            for name in names:
-                if name in cls.__dict__:
-                    setattr(cls, name, _after(wake, cls.__dict__[name]))
-
     def __init__(
         self,
         config: RolloutConfig,

@@ -175,6 +175,7 @@ class SGLangRollout(EngineRollout):
         manager = self.engine.tokenizer_manager
         bucket_bytes = int(self.config.update_weights_bucket_megabytes) << 20
         with self._engine_lock:
+            self.lifecycle.wake_weights()  # an asleep engine loads with its KV cache still free
             self._run(manager.pause_generation(PauseGenerationReqInput(mode="retract")))
             try:
                 pending = None
@@ -200,6 +201,7 @@ class SGLangRollout(EngineRollout):
         seeds = [None if base is None else derived_seed(base, self.seed + i) for i in range(len(rows))]
         sampling = [sampling_params(params, self.eos_token_ids, seed) for seed in seeds]
         with self._engine_lock:
+            self.lifecycle.wake_up()
             outputs = self.engine.generate(
                 input_ids=rows, sampling_params=sampling, return_logprob=want_log_probs
             )
@@ -211,6 +213,7 @@ class SGLangRollout(EngineRollout):
         """Log-probs (temperature 1) of ``token_ids[1:]``: SGLang's prompt log-probs from position 0
         (the first entry, for the first token, has none)."""
         with self._engine_lock:
+            self.lifecycle.wake_up()
             out = self.engine.generate(
                 input_ids=token_ids,
                 sampling_params={"max_new_tokens": 1, "temperature": 1.0},

@@ -256,6 +256,7 @@ class VLLMRollout(EngineRollout):
         """Reload every weight in place (tensors are consumed one at a time: no second copy of
         the model is built), then drop the prefix cache computed by the old weights."""
         with self._engine_lock:
+            self.lifecycle.wake_weights()  # an asleep engine loads with its KV cache still free
             if self.lora is not None:
                 self._swap_adapter(named_tensors)
             else:
@@ -270,6 +271,7 @@ class VLLMRollout(EngineRollout):
         if self.lora is not None or self.config.tensor_model_parallel_size > 1:
             return None
         with self._engine_lock:
+            self.lifecycle.wake_weights()
             return self.llm.collective_rpc(vllm_fingerprint, args=(spec,))[0]
 
     def _swap_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -323,6 +325,7 @@ class VLLMRollout(EngineRollout):
             torch.manual_seed(derived_seed(prompts.meta_info["sampling_seed"], self.seed))
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_ids(prompts)]
         with self._engine_lock:
+            self.lifecycle.wake_up()
             outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             version = self.version  # the weights these tokens came from
         out = self._assemble(prompts, [o.outputs[0] for o in outputs], params, want_log_probs, version)
@@ -348,6 +351,7 @@ class VLLMRollout(EngineRollout):
         probes = gather_probes(token_ids, self.tp) if self.tp is not None else [token_ids]
         mine = self.tp.rank if self.tp is not None else 0
         with self._engine_lock:
+            self.lifecycle.wake_up()
             prompts = [TokensPrompt(prompt_token_ids=ids) for ids in probes]
             out = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self.lora_request)[mine]
         steps = out.prompt_logprobs[1:]  # the first prompt token has no prediction
