@@ -26,7 +26,10 @@ def test_the_config_accepts_exactly_the_registered_names():
 def test_a_backends_own_check_runs_with_the_config():
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.tensor_model_parallel_size"):
         load_config(
-            ["actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+            [
+                "actor_rollout_ref.rollout.name=sglang",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            ]
         )
 
 
