@@ -18,7 +18,6 @@ lifecycle makes on CUDA are accepted by vLLM's own sleep bookkeeping in that ord
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -232,24 +231,14 @@ def test_sglang_scoring_wakes_the_weights_then_the_kv_cache():
 @pytest.fixture
 def worker(monkeypatch, builtin_assets):
     """A colocated actor + hf rollout worker in this process (one gloo rank)."""
-    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from tests.workers.test_packing import _start
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    monkeypatch.setenv("VERL_DEVICE", "cpu")
-    config = load_config(
-        [
-            f"actor_rollout_ref.model.path={builtin_assets['model']}",
-            "actor_rollout_ref.rollout.offload_weights=True",
-            "actor_rollout_ref.rollout.response_length=4",
-        ]
-    )
-    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor_rollout")
-    worker.init_model()
+    overrides = [
+        f"actor_rollout_ref.model.path={builtin_assets['model']}",
+        "actor_rollout_ref.rollout.offload_weights=True",
+        "actor_rollout_ref.rollout.response_length=4",
+    ]
+    worker, _ = _start(monkeypatch, overrides, "actor_rollout")
     yield worker
     torch.distributed.destroy_process_group()
 
