@@ -60,18 +60,69 @@ GRPO_QWEN2_7B = """
     trainer.test_freq=5
     trainer.total_epochs=15
 """
-EXAMPLES = {"grpo_trainer/run_qwen2-7b.sh": GRPO_QWEN2_7B}
+# examples/ppo_trainer/run_qwen2-7b_seq_balance.sh: server mode (rollout.mode=async) over a TP=2 engine,
+# with a critic; the script's shell variables written out as it sets them
+PPO_QWEN2_7B_SEQ_BALANCE = """
+    algorithm.adv_estimator=gae
+    data.train_files="$train_files"
+    data.val_files="$test_files"
+    data.return_raw_chat=True
+    data.train_batch_size=4096
+    data.max_prompt_length=4096
+    data.max_response_length=4096
+    data.filter_overlong_prompts=True
+    data.truncation='error'
+    actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct
+    actor_rollout_ref.actor.optim.lr=1e-6
+    actor_rollout_ref.model.use_remove_padding=True
+    actor_rollout_ref.model.enable_gradient_checkpointing=True
+    actor_rollout_ref.actor.ppo_mini_batch_size=512
+    actor_rollout_ref.actor.use_dynamic_bsz=True
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24000
+    actor_rollout_ref.actor.fsdp_config.param_offload=False
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
+    actor_rollout_ref.actor.use_kl_loss=False
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2
+    actor_rollout_ref.rollout.name=vllm
+    actor_rollout_ref.rollout.mode=async
+    actor_rollout_ref.rollout.multi_turn.format=hermes
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.5
+    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24000
+    critic.optim.lr=1e-5
+    critic.model.use_remove_padding=True
+    critic.model.path=Qwen/Qwen2-7B-Instruct
+    critic.model.enable_gradient_checkpointing=True
+    critic.ppo_max_token_len_per_gpu=98304
+    critic.model.fsdp_config.param_offload=False
+    critic.model.fsdp_config.optimizer_offload=False
+    algorithm.use_kl_in_reward=False
+    trainer.critic_warmup=0
+    trainer.logger='["console","wandb"]'
+    trainer.project_name='verl_example_gsm8k'
+    trainer.experiment_name='qwen2-7b_function_rm_bsz8k_p4k_r4k_seq_packing'
+    trainer.n_gpus_per_node=8
+    trainer.val_before_train=False
+    trainer.nnodes=1
+    trainer.save_freq=20
+    trainer.test_freq=5
+    trainer.total_epochs=15
+"""
+EXAMPLES = {
+    "grpo_trainer/run_qwen2-7b.sh": GRPO_QWEN2_7B,
+    "ppo_trainer/run_qwen2-7b_seq_balance.sh": PPO_QWEN2_7B_SEQ_BALANCE,
+}
 
 
 def swapped(lines: str, model: str, data: str) -> list[str]:
     """verl's arguments (quotes the shell would strip, stripped) with the built-in model and data,
     the built-in task's sizes and two CPU ranks (later values of a key win)."""
-    args = [line.strip().replace("'", "") for line in lines.strip().splitlines()]
+    args = [line.strip().replace("'", "").replace('"', "") for line in lines.strip().splitlines()]
     return [
         *args,
         f"data.train_files={data}/train.parquet",
         f"data.val_files={data}/test.parquet",
         f"actor_rollout_ref.model.path={model}",
+        f"critic.model.path={model}",
         "data.train_batch_size=4",
         "data.max_prompt_length=8",
         "data.max_response_length=4",

@@ -77,18 +77,6 @@ def check_tensor_parallel_model(size: int, hf_config: Any) -> None:
     )
 
 
-def vllm_tensor_parallel_in_sync_mode(config: Any, path: str) -> None:
-    """Tensor-parallel vLLM engines run batched generation (``rollout.mode=sync``) only, for now."""
-    check(
-        config.tensor_model_parallel_size == 1 or config.mode == "sync",
-        f"{path}.tensor_model_parallel_size",
-        "1 with rollout.mode=async (server mode over a tensor-parallel engine is not wired yet: every "
-        "rank of the engine would have to replay the steps of the one that fronts it); use "
-        "rollout.mode=sync",
-        config.tensor_model_parallel_size,
-    )
-
-
 def sglang_one_engine_per_rank(config: Any, path: str) -> None:
     """SGLang runs one engine per rank: its tensor-parallel path has no CPU build to be tested on."""
     check(
@@ -111,7 +99,6 @@ register_rollout_backend(
         "vllm",
         "verl.workers.rollout.vllm_rollout:VLLMRollout",
         "verl.workers.rollout.vllm_engine:VLLMStepEngine",
-        check=vllm_tensor_parallel_in_sync_mode,
         keeps_state_in_worker=False,
         serves_lora_adapters=True,
         tensor_parallel=True,

@@ -52,6 +52,7 @@ from verl.workers.rollout.gap import GapSums
 from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, fingerprinted
 from verl.workers.rollout.staged import StagedWeights
 from verl.workers.rollout.tp_group import engine_seed
+from verl.workers.rollout.tp_server import build_tp_server
 from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
@@ -139,9 +140,9 @@ class ActorRolloutRefWorker(Worker):
             self.staged = StagedWeights(self.rollout)
             if self.config.rollout.mode == "async":
                 name = os.path.basename(os.path.normpath(os.path.expanduser(model_cfg.path)))
-                self.server, self.front = build_server(
-                    self.rollout, self.config.rollout, self.tokenizer, name
-                )
+                # a tensor-parallel engine: its first rank fronts the server, the others replay its calls
+                build = build_server if getattr(self.rollout, "tp", None) is None else build_tp_server
+                self.server, self.front = build(self.rollout, self.config.rollout, self.tokenizer, name)
             if self.is_actor and (
                 self.config.rollout.load_format.startswith("dummy") or model_cfg.lora_adapter_path
             ):
@@ -164,11 +165,12 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def server_address(self) -> str:
-        """Server mode: the base URL of this rank's OpenAI-compatible front (loopback)."""
-        if self.front is None:
+    def server_address(self) -> str | None:
+        """Server mode: the base URL of this rank's OpenAI-compatible front (loopback); None on the
+        ranks of a tensor-parallel engine but its first, which fronts the engine (one server each)."""
+        if self.server is None:
             raise RuntimeError("this rollout worker runs no server (actor_rollout_ref.rollout.mode=sync)")
-        return self.front.address
+        return self.front.address if self.front is not None else None
 
     @property
     def engine(self):

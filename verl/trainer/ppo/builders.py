@@ -327,12 +327,17 @@ def build_rollout_client(config: PPOTrainerConfig, rollout_wg: Any, tokenizer) -
     if rollout.uses_agent_loop:  # one agent loop per row (multi-turn, tools, custom loops)
         from verl.experimental.agent_loop.manager import AgentLoopManager
 
-        return AgentLoopManager(config, rollout_wg.server_address(), tokenizer)
+        return AgentLoopManager(config, server_addresses(rollout_wg), tokenizer)
     from verl.utils.model import eos_token_ids
     from verl.workers.rollout.server_client import ServerRolloutClient
 
     eos = eos_token_ids(tokenizer, config.actor_rollout_ref.model.path)
-    return ServerRolloutClient(rollout_wg.server_address(), rollout, tokenizer.pad_token_id, eos)
+    return ServerRolloutClient(server_addresses(rollout_wg), rollout, tokenizer.pad_token_id, eos)
+
+
+def server_addresses(rollout_wg: Any) -> list[str]:
+    """One address per engine: the ranks of a tensor-parallel engine but its first front none."""
+    return [address for address in rollout_wg.server_address() if address is not None]
 
 
 def build_tracker(config: PPOTrainerConfig):

@@ -104,6 +104,10 @@ class StepEngine(ABC):
     def weights_changed(self) -> None:
         """New weights were installed: KV caches of running requests are stale."""
 
+    def stopped(self) -> None:
+        """The server's loop has ended: nothing more will be asked of the engine (the other ranks
+        of a tensor-parallel engine are told so, :mod:`.tp_server`)."""
+
 
 class ServerClosed(RuntimeError):
     """The server stopped before the request finished."""
@@ -217,6 +221,7 @@ class RolloutServer:
                 pass
         finally:
             self._fail_all(ServerClosed("the rollout server stopped"))
+            self.engine.stopped()
 
     def _next_round(self) -> bool:
         """Wait for something to do; run control calls, admit requests, run one step."""

@@ -14,16 +14,24 @@ from verl.workers.rollout.vllm_rollout import VLLMRollout
 
 
 class VLLMStepEngine(StepEngine):
-    def __init__(self, rollout: VLLMRollout) -> None:
+    def __init__(self, rollout: VLLMRollout, seeded: bool = False) -> None:
+        """``seeded``: a sampled request draws from its own generator (``GenerationRequest.seed``), not
+        from the engine's RNG, so that every rank of a tensor-parallel engine draws alike
+        (:mod:`.tp_server` sets a seed on every request)."""
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
+        self.seeded = seeded
 
     def add(self, request: GenerationRequest) -> None:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        extra = {"seed": request.seed} if self.seeded and request.params.do_sample else {}
         sampling = self.rollout._sampling_params(
-            request.params, logprobs=0 if request.logprobs else None, output_kind=RequestOutputKind.DELTA
+            request.params,
+            logprobs=0 if request.logprobs else None,
+            output_kind=RequestOutputKind.DELTA,
+            **extra,
         )
         self.engine.add_request(
             request.request_id,
