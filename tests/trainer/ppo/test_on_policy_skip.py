@@ -26,6 +26,11 @@ def test_the_embedded_default_is_on_policy():
     assert update_is_on_policy(load_config([]))
 
 
+def test_rollout_log_probs_alone_do_not_keep_the_pass():
+    """The rollout/trainer gap the pass reported comes from the update's own forward then."""
+    assert update_is_on_policy(load_config(["actor_rollout_ref.rollout.calculate_log_probs=True"]))
+
+
 @pytest.mark.parametrize(
     "override",
     [
@@ -34,7 +39,6 @@ def test_the_embedded_default_is_on_policy():
         "actor_rollout_ref.actor.ppo_mini_batch_size=16",  # two optimizer steps per batch
         "algorithm.use_kl_in_reward=True",
         "algorithm.rollout_correction.rollout_is=token",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
     ],
 )
 def test_anything_else_keeps_the_pass(override):
