@@ -16,6 +16,8 @@ from verl.utils.reward_score import (
         ("openai/gsm8k", "so #### 42", "42", 1.0),
         ("openai/gsm8k", "so 42", "42", 0.0),
         ("reasoning_gym/gsm_symbolic", "#### 7", "7", 1.0),
+        ("reasoning_gym/basic_arithmetic", "5 - 9 = -4", "-4", 1.0),  # the last number counts
+        ("reasoning_gym/basic_arithmetic", "-4, not 4", "-4", 0.0),
         ("lighteval/MATH", "\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1.0),
         ("HuggingFaceH4/MATH-500", "\\boxed{3}", "2", 0.0),
         ("countdown", "<answer>2 * 3</answer>", {"target": 6, "numbers": [2, 3]}, 1.0),

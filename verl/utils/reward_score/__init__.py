@@ -10,6 +10,7 @@ data_source                                                 scorer
 ==========================================================  ===================================
 ``openai/gsm8k``, ``gsm8k``                                 :mod:`.gsm8k` (strict ``#### n``)
 ``reasoning_gym/gsm_symbolic``, ``gsm_symbolic``            :mod:`.gsm8k` (strict ``#### n``)
+``reasoning_gym/basic_arithmetic``                          :mod:`.gsm8k` (flexible: the last number)
 ``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,  :mod:`.math` (``\\boxed{}``)
 ``HuggingFaceH4/MATH-500``, ``math``
 ``countdown``                                               :mod:`.countdown`
@@ -40,6 +41,11 @@ __all__ = [
 ]
 
 
+def _last_number(solution_str: str, ground_truth: Any) -> float:
+    """1.0 when the response's last number equals the ground truth (small models rarely keep a format)."""
+    return gsm8k.compute_score(solution_str, ground_truth, method="flexible")
+
+
 class UnknownDataSourceError(NotImplementedError):
     """No built-in scorer handles this data_source (and no custom reward function is set)."""
 
@@ -49,6 +55,7 @@ _SCORERS: dict[str, Callable[[str, Any], float | dict[str, float]]] = {
     "gsm8k": gsm8k.compute_score,
     "reasoning_gym/gsm_symbolic": gsm8k.compute_score,
     "gsm_symbolic": gsm8k.compute_score,
+    "reasoning_gym/basic_arithmetic": _last_number,
     "lighteval/MATH": math_score.compute_score,
     "DigitalLearningGmbH/MATH-lighteval": math_score.compute_score,
     "HuggingFaceH4/MATH-500": math_score.compute_score,
