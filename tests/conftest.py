@@ -45,6 +45,8 @@ def ray_session():
             include_dashboard=False,
             log_to_driver=True,
             runtime_env={
+                # megatron-core on CPU: workers that import it get the test-only shim
+                "worker_process_setup_hook": "tests.megatron.cpu_shim.install_on_import",
                 "env_vars": {
                     "PYTHONPATH": pythonpath,
                     "TOKENIZERS_PARALLELISM": "false",
