@@ -40,9 +40,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["verl", "verl.*"]),
-    package_data={
-        "verl": ["trainer/config/*.yaml", "trainer/config/tool_config/*.yaml", "config/*.json", "py.typed"]
-    },
+    package_data={"verl": ["trainer/config/*.yaml", "trainer/config/*/*.yaml", "config/*.json", "py.typed"]},
     install_requires=read_requirements("requirements.txt"),
     extras_require=EXTRAS,
 )

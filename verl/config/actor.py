@@ -21,6 +21,7 @@ from verl.config.base import (
     ranged,
 )
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.megatron import STRATEGIES, MegatronConfig, ref_megatron
 from verl.config.rollout import RolloutConfig
 from verl.utils.cache import CACHE_DIR_EXPR
 
@@ -92,7 +93,8 @@ class ModelConfig:
 @dataclass
 class ActorConfig:
     strategy: str = "fsdp"
-    """Training backend: fsdp | fsdp2; both select the same engine (FSDP2; one rank runs plain torch)."""
+    """Training backend: fsdp | fsdp2 (both the FSDP2 engine; one rank runs plain torch) | megatron (the
+    megatron-core engine, configured by the megatron section; model_engine=megatron sets it)."""
     ppo_mini_batch_size: int = ranged(256, POSITIVE)
     """Prompts per optimizer step (multiplied by rollout.n inside the trainer)."""
     ppo_micro_batch_size: int | None = ranged(None, POSITIVE)
@@ -161,7 +163,9 @@ class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer and LR schedule."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    """FSDP sharding and offload."""
+    """FSDP sharding and offload (with strategy=megatron only model_dtype is read: the weights' dtype)."""
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Megatron parallelism (strategy=megatron)."""
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     """Which policy loss and its options."""
 
@@ -170,10 +174,11 @@ class ActorConfig:
         from verl.algorithms.kl import KL_PENALTY_TYPES
 
         check_choice(self.tis_level, ("token", "sequence"), f"{path}.tis_level")
-        check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
+        check_choice(self.strategy, STRATEGIES, f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         self.fsdp_config.validate(f"{path}.fsdp_config")
+        self.megatron.validate(f"{path}.megatron")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")
         self.policy_loss.validate(f"{path}.policy_loss")
@@ -181,10 +186,13 @@ class ActorConfig:
 
 @dataclass
 class RefConfig:
-    strategy: str = "fsdp"
-    """Backend of the frozen reference policy."""
+    strategy: str = II("actor_rollout_ref.actor.strategy")
+    """Backend of the frozen reference policy: the actor's by default, as in verl (fsdp | fsdp2 | megatron)."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     """FSDP sharding and offload of the reference model."""
+    megatron: MegatronConfig = field(default_factory=ref_megatron)
+    """Megatron parallelism of the reference (strategy=megatron); its parallel sizes, seed and
+    override_transformer_config follow the actor's, as verl's megatron_ref.yaml does."""
     use_torch_compile: bool = II("actor_rollout_ref.actor.use_torch_compile")
     """verl: torch.compile the reference forward. No effect here."""
     log_prob_micro_batch_size: int | None = ranged(None, POSITIVE)
@@ -230,5 +238,7 @@ class ActorRolloutRefConfig:
         check_ranges(self, path)
         self.model.validate(f"{path}.model")
         self.actor.validate(f"{path}.actor")
+        check_choice(self.ref.strategy, STRATEGIES, f"{path}.ref.strategy")
         self.ref.fsdp_config.validate(f"{path}.ref.fsdp_config")
+        self.ref.megatron.validate(f"{path}.ref.megatron")
         self.rollout.validate(f"{path}.rollout")

@@ -77,8 +77,9 @@ def check_argv(
     args, _ = get_args_parser().parse_known_args(argv)
     if args.multirun or args.config_dir or args.help or args.hydra_help or args.info or args.shell_completion:
         return argv
-    if args.config_path:
-        config_dir = os.path.abspath(os.path.expanduser(args.config_path))
+    if args.config_path:  # relative to the entry point's module, as Hydra reads it under `python -m`
+        path = os.path.expanduser(args.config_path)
+        config_dir = os.path.abspath(os.path.join(os.path.dirname(config_dir), path))
     config_name = args.config_name or config_name
     with user_errors_as_one_line():
         if args.cfg is None:

@@ -10,6 +10,7 @@ from omegaconf import II
 from verl.config.actor import LOSS_AGG_MODES
 from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.megatron import STRATEGIES, MegatronConfig, critic_megatron
 
 
 def _critic_optim() -> OptimConfig:
@@ -43,7 +44,9 @@ class CriticConfig:
     rollout_n: int = ranged(II("actor_rollout_ref.rollout.n"), at_least(1))
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"
-    """Training backend: fsdp | fsdp2; both select the same engine (FSDP2)."""
+    """Training backend: fsdp | fsdp2 (both the FSDP2 engine) | megatron (the megatron-core engine,
+    configured by critic.megatron). Chosen apart from the actor's, as in verl; model_engine=megatron
+    sets both."""
     enable: bool | None = None
     """Whether a critic is trained: null = only when the estimator needs values (gae); True forces one
     (it learns the returns; advantages still come from the estimator); False with gae is refused."""
@@ -86,10 +89,13 @@ class CriticConfig:
     """seq-mean-token-sum-norm: the constant divisor of the value loss (null: the padded response length)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """What critic checkpoints contain."""
+    megatron: MegatronConfig = field(default_factory=critic_megatron)
+    """Megatron parallelism of the critic (strategy=megatron). verl's defaults, but the parallel sizes
+    follow the actor's: the critic runs in the actor's processes, where megatron-core holds one layout."""
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
-        check_choice(self.strategy, ("fsdp", "fsdp2"), f"{path}.strategy")
+        check_choice(self.strategy, STRATEGIES, f"{path}.strategy")
         check_choice(self.loss_agg_mode, LOSS_AGG_MODES, f"{path}.loss_agg_mode")
         sp = self.ulysses_sequence_parallel_size
         check(
@@ -99,5 +105,6 @@ class CriticConfig:
             sp,
         )
         self.model.fsdp_config.validate(f"{path}.model.fsdp_config")
+        self.megatron.validate(f"{path}.megatron")
         self.optim.validate(f"{path}.optim")
         self.checkpoint.validate(f"{path}.checkpoint")

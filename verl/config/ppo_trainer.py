@@ -29,6 +29,8 @@ from verl.config.compat import (
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS, GenRMRolloutConfig
+from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
+from verl.config.megatron import check_megatron_roles, strategy_inert_keys
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
 from verl.config.rollout_backends import tensor_parallel_size
@@ -95,6 +97,7 @@ class PPOTrainerConfig:
         )
         self._check_batch_sizes()
         self._check_sequence_parallel()
+        check_megatron_roles(self)
         self._check_rollout_tensor_parallel()
         self._check_sampling()
         self._check_agent_loop()
@@ -435,11 +438,9 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.model.use_fused_kernels",
     "actor_rollout_ref.model.use_shm",
     "actor_rollout_ref.model.torch_dtype",
-    "actor_rollout_ref.actor.strategy",
     "actor_rollout_ref.actor.use_torch_compile",
     "actor_rollout_ref.actor.checkpoint.strict",  # Megatron's mbridge export check
     *(f"actor_rollout_ref.actor.fsdp_config.{k}" for k in _FSDP_INERT),
-    "actor_rollout_ref.ref.strategy",
     "actor_rollout_ref.ref.use_torch_compile",
     "actor_rollout_ref.ref.entropy_from_logits_with_chunking",  # the reference computes no entropy
     "actor_rollout_ref.ref.entropy_from_logits_chunk_size",
@@ -449,7 +450,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
     "actor_rollout_ref.rollout.agent.num_workers",
-    "critic.strategy",
     "critic.checkpoint.strict",
     *(f"critic.model.fsdp_config.{k}" for k in _FSDP_INERT),
     # the reward model runs in its own worker (no generative engine) and verl's reward loop
@@ -501,7 +501,8 @@ SERVER_ONLY_KEYS = ("actor_rollout_ref.rollout.server.timeout_s",)  # read in se
 
 def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> list[str]:
     """Keys the user set (on the command line) that have no effect with this backend and device."""
-    inert = set(ALWAYS_INERT_KEYS)
+    inert = set(ALWAYS_INERT_KEYS + MEGATRON_INERT_KEYS)
+    inert.update(strategy_inert_keys(config))
     if device == "cpu":
         inert.update(GPU_ONLY_KEYS + tuple(_cpu_dtype_keys(config)))
     else:

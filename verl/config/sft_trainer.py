@@ -1,7 +1,7 @@
 """The schema of ``python -m verl.trainer.sft_trainer`` (supervised fine-tuning).
 
 The sections and keys are verl's SFT keys: ``data.*``, ``model.*``, ``engine.*`` (the FSDP
-settings), ``optim.*``, ``checkpoint.*``, ``trainer.*``. The model, engine, optimizer and
+settings; ``engine=megatron`` is accepted and refused at start-up for now), ``optim.*``, ``checkpoint.*``, ``trainer.*``. The model, engine, optimizer and
 checkpoint sections are the ones RL uses (:mod:`verl.config.actor`, :mod:`verl.config.engine`);
 the older ``fsdp_sft_trainer`` spellings (``model.partial_pretrain``, ``data.multiturn.*``,
 ``optim.warmup_steps_ratio``, ``optim.lr_scheduler``, ``data.micro_batch_size``) are converted at
@@ -33,6 +33,7 @@ from verl.config.compat import check_known_keys
 from verl.config.data import CustomDatasetClassConfig
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.keypaths import get_key, is_schema_key, set_key
+from verl.config.megatron import MEGATRON, STRATEGIES, MegatronConfig, refuse_not_yet
 from verl.config.trainer import LOGGERS
 
 logger = logging.getLogger(__name__)
@@ -209,13 +210,38 @@ class SFTTrainerSection:
 
 
 @dataclass
+class SFTEngineConfig(MegatronConfig, FSDPConfig):
+    """verl's SFT ``engine`` section: the FSDP keys, and with ``engine=megatron`` (a config group, as in
+    verl) the Megatron keys of :class:`~verl.config.megatron.MegatronConfig`."""
+
+    strategy: str = "fsdp"
+    """The engine: fsdp | fsdp2 (FSDP2) | megatron (set by engine=megatron; refused at start-up for now)."""
+
+    def validate(self, path: str) -> None:
+        check_choice(self.strategy, STRATEGIES, f"{path}.strategy")
+        FSDPConfig.validate(self, path)
+        if self.strategy == MEGATRON:
+            MegatronConfig.validate(self, path)
+            refuse_not_yet(self, path)
+            refuse_sft_megatron(path)
+
+
+def refuse_sft_megatron(path: str) -> None:
+    """The SFT trainer does not build the Megatron engine yet (delete this when it does)."""
+    raise ConfigError(
+        f"{path}.strategy='megatron' (engine=megatron): the SFT trainer cannot run the Megatron engine yet; "
+        "use engine=fsdp (the default)"
+    )
+
+
+@dataclass
 class SFTTrainerConfig:
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     """Chats (or prompt/response pairs), batch sizes and tokenization."""
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     """The model to fine-tune (the RL policy's model keys)."""
-    engine: FSDPConfig = field(default_factory=FSDPConfig)
-    """FSDP sharding and dtypes (the RL roles' fsdp_config keys)."""
+    engine: SFTEngineConfig = field(default_factory=SFTEngineConfig)
+    """FSDP sharding and dtypes (the RL roles' fsdp_config keys); engine=megatron: Megatron's keys."""
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     """AdamW and the LR schedule (clip_grad is the gradient-norm clip)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
