@@ -62,14 +62,14 @@ def build_model_dir(args: argparse.Namespace) -> str:
     return path
 
 
-def start_worker(path: str, args: argparse.Namespace):
+def start_worker(path: str, args: argparse.Namespace, device: str = "cuda"):
     from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-    os.environ.update(MASTER_PORT=str(port), VERL_DEVICE="cuda")
+    os.environ.update(MASTER_PORT=str(port), VERL_DEVICE=device)
     rows = args.prompts * args.n
     length = args.prompt_length + args.response_length
     config = load_config(

@@ -35,7 +35,8 @@ from verl.utils.model import (
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.base import TrainEngine
+from verl.workers.engine.factory import build_engine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
@@ -115,20 +116,26 @@ class ActorRolloutRefWorker(Worker):
         if self.is_actor:
             actor_cfg = self.config.actor
             module = self._load_policy(actor_cfg.fsdp_config)
-            self.actor = FSDPEngine(
+            self.actor = build_engine(
+                actor_cfg.strategy,
                 apply_lora(module, model_cfg) if use_lora else module,
                 self.device,
                 actor_cfg.fsdp_config,
+                actor_cfg.megatron,
+                "actor_rollout_ref.actor.megatron",
                 optim=actor_cfg.optim,
                 grad_clip=actor_cfg.grad_clip,
                 gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
             )
-            self.shuffle_generator = torch.Generator().manual_seed(
-                (actor_cfg.data_loader_seed or 0) + self.rank // self.sp_size  # a group shuffles alike
-            )
+            self.param_count = self.actor.parameter_count()
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
-            ref_fsdp = self.config.ref.fsdp_config
-            self.ref = FSDPEngine(self._load_policy(ref_fsdp), self.device, ref_fsdp)
+            ref_cfg = self.config.ref
+            module = self._load_policy(ref_cfg.fsdp_config)
+            key = "actor_rollout_ref.ref.megatron"
+            self.ref = build_engine(
+                ref_cfg.strategy, module, self.device, ref_cfg.fsdp_config, ref_cfg.megatron, key
+            )
+        self._set_rows_group(self.actor or self.ref)
         if self.is_rollout:
             self.rollout = build_rollout(
                 self.config.rollout,
@@ -149,6 +156,17 @@ class ActorRolloutRefWorker(Worker):
                 self.update_weights(
                     0
                 )  # the engine started with other weights (random, or the base without the adapter)
+
+    def _set_rows_group(self, engine) -> None:
+        """Ranks that hold the same rows: a Ulysses group, or the engine's model-parallel group
+        (Megatron); they gather their shares of a batch (:func:`ulysses.gather_group_batch`)."""
+        if self.sp_group is not None or engine is None:
+            self.rows_group, self.replicas, data_rank = self.sp_group, self.sp_size, self.rank // self.sp_size
+        else:
+            self.rows_group, self.replicas = engine.rows_group, engine.replicas
+            data_rank = engine.data_parallel_rank()
+        seed = (self.config.actor.data_loader_seed or 0) + data_rank  # a group shuffles alike
+        self.shuffle_generator = torch.Generator().manual_seed(seed)
 
     def _load_policy(self, fsdp: FSDPConfig):
         module = load_causal_lm(self.config.model, attention=default_attention(self.device, fsdp))
@@ -218,8 +236,8 @@ class ActorRolloutRefWorker(Worker):
     def _fingerprint_spec(self, version: int) -> FingerprintSpec:
         """What the sync check hashes: the weights in the engine's dtype, columns sampled anew per
         version within a read-back budget (:mod:`verl.workers.rollout.probe`)."""
-        count = sum(p.numel() for p in self.actor.module.parameters())
-        return FingerprintSpec.for_model(engine_dtype(self.config.rollout, self.device.type), count, version)
+        dtype = engine_dtype(self.config.rollout, self.device.type)
+        return FingerprintSpec.for_model(dtype, self.param_count, version)
 
     def _buffer_names(self) -> frozenset[str]:
         """Persistent buffers the actor sends (e.g. rotary tables): engines hold no parameter for them."""
@@ -249,7 +267,7 @@ class ActorRolloutRefWorker(Worker):
         text = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:longest]
         if len(text) >= 2:
             return text
-        vocab = self.actor.module.config.vocab_size
+        vocab = self.actor.hf_config.vocab_size
         return torch.randint(0, vocab, (longest,), generator=torch.Generator().manual_seed(0)).tolist()
 
     def _actor_sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
@@ -296,7 +314,7 @@ class ActorRolloutRefWorker(Worker):
 
     def _log_probs(
         self,
-        engine: FSDPEngine,
+        engine: TrainEngine,
         data: DataProto,
         micro: int | None,
         dynamic: bool,
@@ -305,7 +323,7 @@ class ActorRolloutRefWorker(Worker):
         sum_pi_squared: bool = False,
     ):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
-        data = ulysses.gather_group_batch(data, self.sp_group)
+        data = ulysses.gather_group_batch(data, self.rows_group)
         max_tokens *= self.sp_size  # a rank holds 1/sp of each micro-batch's tokens
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
         options = self._entropy_options() if entropy else None
@@ -316,7 +334,7 @@ class ActorRolloutRefWorker(Worker):
                 lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed),
             )
         out = DataProto.from_dict({key: restore_order([o[key] for o in outs], groups) for key in outs[0]})
-        return dict(ulysses.own_share(out, self.sp_group).batch.items())
+        return dict(ulysses.own_share(out, self.rows_group).batch.items())
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -379,7 +397,7 @@ class ActorRolloutRefWorker(Worker):
             # averages with every other rank's: scaled by the group size it sums instead
             return loss * self.sp_size, metrics
 
-        dp_size = self.world_size // self.sp_size  # a sequence-parallel group is one data-parallel rank
+        dp_size = self.world_size // self.replicas  # a group holding the same rows is one data-parallel rank
         spec = UpdateSpec(
             mini_batch_rows=rows_per_rank(
                 cfg.ppo_mini_batch_size, self.config.rollout.n, dp_size, "ppo_mini_batch_size"
@@ -389,11 +407,11 @@ class ActorRolloutRefWorker(Worker):
             max_token_len=cfg.ppo_max_token_len_per_gpu * self.sp_size,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
-            replicas=self.sp_size,
+            replicas=self.replicas,
         )
         keys = POLICY_INPUT_KEYS + [k for k in ACTOR_LOSS_KEYS if k in data.batch.keys()]
         start = time.perf_counter()
-        data = ulysses.gather_group_batch(data, self.sp_group)
+        data = ulysses.gather_group_batch(data, self.rows_group)
         with ulysses.sequence_parallel(self.sp_group):
             metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
         metrics.update(self._perf_metrics(data, time.perf_counter() - start))
@@ -407,7 +425,7 @@ class ActorRolloutRefWorker(Worker):
         """Memory of this process and the MFU of this rank's update (GPU only; the driver
         reports rank 0's numbers)."""
         lengths = data.batch["attention_mask"].sum(-1).tolist()
-        hf_config = getattr(self.actor.module, "config", None)
+        hf_config = self.actor.hf_config
         metrics = compute_perf_metrics()
         if hf_config is not None and self.device.type == "cuda":
             metrics.update(compute_mfu(hf_config, lengths, seconds, 1, self.config.actor.ppo_epochs))

@@ -14,7 +14,8 @@ from verl.utils.checkpoint_io import torch_load
 from verl.utils.model import load_value_model
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.fsdp import FSDPEngine
+from verl.workers.engine.base import TrainEngine
+from verl.workers.engine.factory import build_engine
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
 from verl.workers.packing import enable_packing
@@ -30,7 +31,7 @@ class CriticWorker(Worker):
         super().__init__()
         self.config = config
         self.nccl_timeout_s = nccl_timeout_s
-        self.engine: FSDPEngine | None = None
+        self.engine: TrainEngine | None = None
 
     def process_reusable(self) -> bool:
         return True
@@ -41,22 +42,32 @@ class CriticWorker(Worker):
         cfg = self.config
         torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
         module = load_value_model(cfg.model, attention=default_attention(self.device, cfg.model.fsdp_config))
-        self.engine = FSDPEngine(
+        self.engine = build_engine(
+            cfg.strategy,
             enable_packing(module) if cfg.model.use_remove_padding else module,
             self.device,
             cfg.model.fsdp_config,
+            cfg.megatron,
+            "critic.megatron",
             optim=cfg.optim,
             grad_clip=cfg.grad_clip,
             gradient_checkpointing=cfg.model.enable_gradient_checkpointing,
+            value_head=True,
         )
         self.sp_size = cfg.ulysses_sequence_parallel_size
         self.sp_group = ulysses.build_groups(self.sp_size, "critic.ulysses_sequence_parallel_size")
-        self.shuffle_generator = torch.Generator().manual_seed(self.rank // self.sp_size)  # a group alike
+        # ranks that hold the same rows (a Ulysses group, or Megatron's model-parallel group) shuffle alike
+        if self.sp_group is not None:
+            self.rows_group, self.replicas, data_rank = self.sp_group, self.sp_size, self.rank // self.sp_size
+        else:
+            self.rows_group, self.replicas = self.engine.rows_group, self.engine.replicas
+            data_rank = self.engine.data_parallel_rank()
+        self.shuffle_generator = torch.Generator().manual_seed(data_rank)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         cfg = self.config
-        data = ulysses.gather_group_batch(data, self.sp_group)
+        data = ulysses.gather_group_batch(data, self.rows_group)
         micro_batches, groups = split_micro_batches(
             data,
             POLICY_INPUT_KEYS,
@@ -70,7 +81,7 @@ class CriticWorker(Worker):
             )
         values = restore_order([o["values"] for o in outs], groups)
         out = DataProto.from_dict({"values": values * data.batch["response_mask"]})
-        return ulysses.own_share(out, self.sp_group)
+        return ulysses.own_share(out, self.rows_group)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
@@ -86,7 +97,7 @@ class CriticWorker(Worker):
             mini_batch_rows=rows_per_rank(
                 cfg.ppo_mini_batch_size,
                 cfg.rollout_n,
-                self.world_size // self.sp_size,
+                self.world_size // self.replicas,
                 "critic.ppo_mini_batch_size",
             ),
             micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
@@ -94,9 +105,9 @@ class CriticWorker(Worker):
             max_token_len=cfg.ppo_max_token_len_per_gpu * self.sp_size,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
-            replicas=self.sp_size,
+            replicas=self.replicas,
         )
-        data = ulysses.gather_group_batch(data, self.sp_group)
+        data = ulysses.gather_group_batch(data, self.rows_group)
         with ulysses.sequence_parallel(self.sp_group):
             metrics = run_ppo_updates(
                 self.engine, data, POLICY_INPUT_KEYS + CRITIC_LOSS_KEYS, spec, loss_fn, self.shuffle_generator

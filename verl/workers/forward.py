@@ -155,6 +155,9 @@ def response_log_probs(
     within fp32 rounding), elsewhere from torch ops a few rows at a time."""
     head = _response_outputs(module, micro, packed, causal_lm=True)
     trained = torch.is_grad_enabled() and head.requires_grad
+    group = getattr(module, "vocab_parallel_group", None)
+    if group is not None:  # Megatron under tensor parallelism: this rank's slice of the vocabulary
+        return _vocab_parallel_outputs(head, micro["responses"], temperature, group, entropy, sum_pi_squared)
     if fused_log_probs.available(head):  # CUDA: one Triton pass gives both, no fp32 copy of the head
         log_probs, entropys = fused_log_probs.log_probs_and_entropy(head, micro["responses"], temperature)
         out = {"log_probs": log_probs}
@@ -168,6 +171,29 @@ def response_log_probs(
             out["entropys"] = _untrained(partial(response_entropy, options=entropy), head, temperature)
     if sum_pi_squared:
         out["sum_pi_squared"] = _untrained(_sum_pi_squared, head, temperature)
+    return out
+
+
+def _vocab_parallel_outputs(
+    head: torch.Tensor,
+    responses: torch.Tensor,
+    temperature: float,
+    group,
+    entropy: EntropyOptions | None,
+    sum_pi_squared: bool,
+) -> dict[str, torch.Tensor]:
+    """:func:`response_log_probs` from vocab-parallel logits (:mod:`verl.workers.engine.megatron.vocab_parallel`):
+    the same values, no rank holding the whole vocabulary."""
+    from verl.workers.engine.megatron import vocab_parallel
+
+    logits = scaled_logits(head, temperature)
+    log_probs, entropys = vocab_parallel.log_probs_and_entropy(logits, responses, group, entropy is not None)
+    out = {"log_probs": log_probs}
+    if entropy is not None:
+        trained = torch.is_grad_enabled() and head.requires_grad and not entropy.metric_only
+        out["entropys"] = entropys if trained else entropys.detach()
+    if sum_pi_squared:
+        out["sum_pi_squared"] = vocab_parallel.sum_pi_squared(logits, group)
     return out
 
 

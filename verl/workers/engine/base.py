@@ -10,7 +10,8 @@ directly. It hands the engine micro-batches and a function of ``(module, micro_b
   and for exporting); :meth:`save` / :meth:`load` write and read sharded checkpoints.
 
 Backends: :class:`verl.workers.engine.fsdp.FSDPEngine` (plain torch on one rank, FSDP2 on
-several; gloo on CPU, nccl on CUDA). Megatron-core would be another implementation.
+several; gloo on CPU, nccl on CUDA) and :class:`verl.workers.engine.megatron.engine.MegatronEngine`
+(megatron-core: tensor, pipeline and data parallel).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 MicroBatch = dict[str, torch.Tensor]
@@ -31,6 +33,12 @@ class TrainEngine(ABC):
     """One model, its optimizer and LR schedule, on this rank's share of the devices."""
 
     module: nn.Module
+    rows_group = None
+    """Ranks that hold the same rows (one copy of the model split between them, e.g. Megatron's
+    tensor x pipeline group): they gather their shares of a batch and work on it together. None:
+    every rank works on its own rows."""
+    replicas = 1
+    """The size of :attr:`rows_group`."""
 
     @abstractmethod
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
@@ -64,3 +72,16 @@ class TrainEngine(ABC):
 
     def extra_state(self) -> dict[str, Any]:
         return {}
+
+    @property
+    def hf_config(self):
+        """The Hugging Face config of the model trained."""
+        return self.hf_module.config
+
+    def data_parallel_rank(self) -> int:
+        """This rank's index among the groups that hold different rows."""
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    def parameter_count(self) -> int:
+        """Parameters of the whole model."""
+        return sum(p.numel() for p in self.module.parameters())

@@ -1,0 +1,46 @@
+"""Which :class:`~verl.workers.engine.base.TrainEngine` a role trains with (its ``strategy``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from verl.config.engine import FSDPConfig, OptimConfig
+from verl.workers.engine.base import TrainEngine
+
+MEGATRON = "megatron"
+
+
+def build_engine(
+    strategy: str,
+    module: nn.Module,
+    device: torch.device,
+    fsdp: FSDPConfig,
+    megatron,
+    key: str,
+    optim: OptimConfig | None = None,
+    grad_clip: float = 1.0,
+    gradient_checkpointing: bool = False,
+    value_head: bool = False,
+) -> TrainEngine:
+    """``strategy`` fsdp / fsdp2: :class:`~verl.workers.engine.fsdp.FSDPEngine` over ``fsdp``;
+    megatron: :class:`~verl.workers.engine.megatron.engine.MegatronEngine` over ``megatron`` (``key``
+    names that section in errors). ``value_head``: the module is a critic's token classifier."""
+    if strategy == MEGATRON:
+        from verl.workers.engine.megatron.engine import MegatronEngine
+
+        return MegatronEngine(
+            module,
+            device,
+            megatron,
+            key,
+            optim=optim,
+            grad_clip=grad_clip,
+            value_head=value_head,
+            gradient_checkpointing=gradient_checkpointing,
+        )
+    from verl.workers.engine.fsdp import FSDPEngine
+
+    return FSDPEngine(
+        module, device, fsdp, optim=optim, grad_clip=grad_clip, gradient_checkpointing=gradient_checkpointing
+    )

@@ -1,0 +1,425 @@
+"""The Megatron-core training engine (``strategy=megatron``): tensor, pipeline and data parallel.
+
+The ranks of a role form megatron-core's groups (``tensor_model_parallel_size`` x
+``pipeline_model_parallel_size`` ranks hold one copy of the model; data parallel = ranks / (TP x
+PP)). The Hugging Face model the worker loads is converted into a ``GPTModel`` shard
+(:mod:`~verl.workers.engine.megatron.weights`) and dropped; training runs megatron-core's DDP and
+optimizer (``use_distributed_optimizer`` shards its state over the data-parallel ranks).
+
+The worker's functions stay the engine-independent ones of :mod:`verl.workers.forward`: they get a
+:class:`StageModule` in place of the HF module. Called like a causal LM it runs this rank's pipeline
+stage; on the last stage it returns the vocab-parallel logits (which :mod:`verl.workers.forward`
+turns into log-probs with :mod:`~verl.workers.engine.megatron.vocab_parallel`, no vocabulary
+gathered) and the worker's loss follows as on FSDP. On an earlier stage the call ends the micro-batch
+with the stage's hidden states (:class:`StageOutput`), which megatron-core's pipeline schedule
+(1F1B) sends on to the next stage. Every rank of a model-parallel group holds the same rows
+(:attr:`MegatronEngine.rows_group`); the last stage's outputs are broadcast to the group.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from verl.config.engine import OptimConfig
+from verl.utils.checkpoint_io import torch_load
+from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
+from verl.workers.engine.optim import lr_multiplier
+
+if TYPE_CHECKING:
+    from verl.config.megatron import MegatronConfig
+
+logger = logging.getLogger(__name__)
+
+
+class StageOutput(Exception):
+    """Raised by :class:`StageModule` on a pipeline stage before the last: the stage's output."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        super().__init__("pipeline stage output")
+        self.tensor = tensor
+
+
+def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """megatron-core's boolean mask ``[b, 1, s, s]`` (True = not attended): causal, and no padding
+    key (the rows of pad queries attend to nothing and give outputs no one reads)."""
+    s = attention_mask.shape[1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=attention_mask.device).tril()
+    return ~(causal[None, None] & attention_mask.bool()[:, None, None, :])
+
+
+class StageModule(nn.Module):
+    """This rank's pipeline stage, called like a transformers causal LM (see the module doc)."""
+
+    def __init__(self, model: nn.Module, last_stage: bool, vocab_parallel_group, multiple: int) -> None:
+        super().__init__()
+        self.model = model
+        self.last_stage = last_stage
+        self.vocab_parallel_group = vocab_parallel_group
+        """The group the logits' vocabulary is split over (None: one rank holds all of it)."""
+        self.multiple = multiple
+        """Sequence parallelism splits the sequence over the tensor-parallel ranks: its length must be
+        a multiple of their number. Pads appended at the end change no earlier output (causal)."""
+
+    def forward(self, input_ids, attention_mask, position_ids, use_cache=False, logits_to_keep=0):
+        length = input_ids.shape[1]
+        extra = -length % self.multiple
+        if extra:
+            input_ids, attention_mask, position_ids = (
+                F.pad(t, (0, extra)) for t in (input_ids, attention_mask, position_ids)
+            )
+        out = self.model(input_ids, position_ids, causal_padding_mask(attention_mask))
+        if not self.last_stage:
+            raise StageOutput(out)
+        out = out[:, :length]
+        return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
+
+
+def ensure_process_group(device: torch.device) -> None:
+    """megatron-core needs ``torch.distributed`` even on one rank (the worker starts none there)."""
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=0,
+        world_size=1,
+    )
+
+
+def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
+    """megatron-core's groups for this process (once; colocated roles must agree on the sizes)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
+    world = dist.get_world_size()
+    if world % (tp * pp):
+        raise ValueError(
+            f"{key}: tensor_model_parallel_size x pipeline_model_parallel_size = {tp} x {pp} must divide "
+            f"the role's {world} ranks"
+        )
+    if ps.model_parallel_is_initialized():
+        have = (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size())
+        if have != (tp, pp):
+            raise ValueError(
+                f"{key}: (tensor, pipeline) parallel sizes {(tp, pp)} differ from {have} of a role in the "
+                "same processes; colocated roles share one layout"
+            )
+        return
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    tensor_parallel.model_parallel_cuda_manual_seed(megatron.seed)
+
+
+def sequence_parallel(megatron: MegatronConfig, key: str) -> bool:
+    """Whether activations are split over the tensor-parallel ranks. megatron-core's local layer spec
+    (the one without Transformer Engine, which this engine builds) has no norm that supports it: the
+    setting is turned off with a warning (the values are the same; activations take more memory)."""
+    if megatron.sequence_parallel and megatron.tensor_model_parallel_size > 1:
+        logger.warning(
+            "%s.sequence_parallel=True: megatron-core's local layer spec (no Transformer Engine) has no "
+            "sequence-parallel norm; running without sequence parallelism (same values, more activation memory)",
+            key,
+        )
+    return False
+
+
+class MegatronEngine(TrainEngine):
+    """Train or run one HF model as megatron-core shards; ``optim=None``: inference only."""
+
+    def __init__(
+        self,
+        hf_module: nn.Module,
+        device: torch.device,
+        megatron: MegatronConfig,
+        key: str,
+        optim: OptimConfig | None = None,
+        grad_clip: float = 1.0,
+        value_head: bool = False,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        from megatron.core import parallel_state as ps
+        from verl.workers.engine.megatron.convert import build_model, check_parallel, transformer_config
+        from verl.workers.engine.megatron.hf_weights import load_hf_state
+
+        ensure_process_group(device)
+        init_model_parallel(megatron, key)
+        self.device, self.key, self.lora = device, key, False
+        self.rank = dist.get_rank()
+        self.hf_module = hf_module
+        tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
+        check_parallel(self.hf_config, tp, pp, key=key)
+        self.compute_dtype = next(hf_module.parameters()).dtype
+        config = transformer_config(
+            self.hf_config,
+            tp=tp,
+            pp=pp,
+            dtype=self.compute_dtype,
+            overrides=dict(megatron.override_transformer_config or {}),
+            sequence_parallel=sequence_parallel(megatron, key),
+        )
+        config.variable_seq_lengths = (
+            True  # micro-batches differ in length (dynamic batches, padding dropped)
+        )
+        if gradient_checkpointing and optim is not None:
+            config.recompute_granularity, config.recompute_method, config.recompute_num_layers = (
+                "full",
+                "uniform",
+                1,
+            )
+        self.first_stage, self.last_stage = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
+        model = build_model(
+            self.hf_config,
+            config,
+            pre_process=self.first_stage,
+            post_process=self.last_stage,
+            value_head=value_head,
+        )
+        load_hf_state(model, self.hf_config, hf_module.state_dict())
+        hf_module.to("meta")  # its config and class stay (for exports); its weights are the shards now
+        self.config = config
+        self.grad_clip = grad_clip
+        self.optim_config = optim
+        self.optimizer = None
+        model.to(device)
+        if optim is None:
+            model.requires_grad_(False)
+        else:
+            model = self._wrap_for_training(model, config, megatron, optim)
+        self.module = model
+        self.lr_step = 0
+        self.vocab_group = ps.get_tensor_model_parallel_group() if tp > 1 and not value_head else None
+        self.stage = StageModule(
+            model, self.last_stage, self.vocab_group, tp if config.sequence_parallel else 1
+        )
+        self.rows_group = ps.get_model_parallel_group() if tp * pp > 1 else None
+        """Ranks that hold the same rows (one model copy): they gather their shares of a batch."""
+        self.replicas = tp * pp
+
+    def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        ddp = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=megatron.use_distributed_optimizer
+        )
+        model = DistributedDataParallel(config=config, ddp_config=ddp, module=model)
+        config.finalize_model_grads_func = finalize_model_grads
+        low = self.compute_dtype in (torch.bfloat16, torch.float16)
+        opt = OptimizerConfig(
+            optimizer="adam",
+            lr=optim.lr,
+            weight_decay=optim.weight_decay,
+            adam_beta1=optim.betas[0],
+            adam_beta2=optim.betas[1],
+            adam_eps=optim.eps,
+            clip_grad=self.grad_clip,
+            bf16=self.compute_dtype == torch.bfloat16 and low,
+            fp16=self.compute_dtype == torch.float16,
+            params_dtype=self.compute_dtype,
+            use_distributed_optimizer=megatron.use_distributed_optimizer,
+        )
+        # ``{}``: weight decay on every parameter, as the FSDP engine (megatron's default skips biases
+        # and norms); one set of algorithm semantics whichever engine trains
+        self.optimizer = get_megatron_optimizer(opt, [model], config_overrides={})
+        self._set_lr(optim.lr * lr_multiplier(0, optim))
+        return model
+
+    def data_parallel_rank(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_data_parallel_rank()
+
+    # ------------------------------------------------------------------ compute
+    def _schedule(self, micro_batches: list[MicroBatch], step, forward_only: bool) -> list:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        micro_batches = [{k: v.to(self.device) for k, v in m.items()} for m in micro_batches]
+        return get_forward_backward_func()(
+            forward_step_func=step,
+            data_iterator=iter(micro_batches),
+            model=[self.module],
+            num_microbatches=len(micro_batches),
+            seq_length=max(m["input_ids"].shape[1] for m in micro_batches),
+            micro_batch_size=max(len(m["input_ids"]) for m in micro_batches),
+            forward_only=forward_only,
+        )
+
+    def _stage_call(self, fn, micro):
+        """``fn(stage, micro)`` on the last stage; the stage's output tensor on the others."""
+        try:
+            return fn(self.stage, micro)
+        except StageOutput as out:
+            return out.tensor
+
+    def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
+        self.module.eval()
+
+        def step(data_iterator, model):
+            out = self._stage_call(forward_fn, next(data_iterator))
+            if not self.last_stage:
+                return out, None
+            done = {k: v.detach().float() for k, v in out.items()}
+            return torch.zeros((), device=self.device), lambda t: (t, done)
+
+        with torch.no_grad():
+            outputs = self._schedule(micro_batches, step, forward_only=True)
+        return [{k: v.cpu() for k, v in o.items()} for o in self._from_last_stage(outputs)]
+
+    def _from_last_stage(self, value):
+        """``value`` of the last pipeline stage, on every stage (the same rows' results)."""
+        from megatron.core import parallel_state as ps
+
+        if ps.get_pipeline_model_parallel_world_size() == 1:
+            return value
+        box = [value if self.last_stage else None]
+        dist.broadcast_object_list(
+            box, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+        )
+        return box[0]
+
+    def train_step(
+        self, micro_batches: list[MicroBatch], loss_fn: LossFn, loss_weights: list[float]
+    ) -> dict[str, float]:
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without an optimizer (inference only)")
+        self.module.train()
+        self.module.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        weights = iter(loss_weights)
+        count = len(micro_batches)
+
+        def step(data_iterator, model):
+            out = self._stage_call(loss_fn, next(data_iterator))
+            weight = next(weights)
+            if not self.last_stage:
+                return out, None
+            loss, metrics = out
+            # the schedule divides each micro-batch's loss by their number: undo it, weigh as FSDP does
+            return loss * (weight * count), lambda t: (t, {k: float(v) * weight for k, v in metrics.items()})
+
+        per_micro = self._from_last_stage(self._schedule(micro_batches, step, forward_only=False))
+        sums: dict[str, float] = {}
+        for metrics in per_micro:
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+        grad_norm, skipped = self._optimizer_step()
+        sums.update(grad_norm=grad_norm, update_skipped=float(skipped), lr=self.current_lr())
+        return sums
+
+    def _optimizer_step(self) -> tuple[float, bool]:
+        """Clip to ``grad_clip`` and step, unless the gradient norm is not finite (then skip)."""
+        from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
+
+        parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        self.optimizer.prepare_grads()
+        grad_norm = float(self.optimizer.get_grad_norm())
+        if not math.isfinite(grad_norm):
+            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", grad_norm)
+            self.optimizer.zero_grad()
+            return grad_norm, True
+        for part in parts:
+            params = part.get_parameters()
+            if params and self.grad_clip > 0:
+                clip_grad_by_total_norm_fp32(params, max_norm=self.grad_clip, total_norm=grad_norm)
+        self.optimizer.step_with_ready_grads()
+        return grad_norm, False
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def lr_scheduler_step(self) -> float:
+        if self.optimizer is not None:
+            self.lr_step += 1
+            self._set_lr(self.optim_config.lr * lr_multiplier(self.lr_step, self.optim_config))
+        return self.current_lr()
+
+    def current_lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0
+
+    # ------------------------------------------------------------------ weights
+    def _bare_model(self) -> nn.Module:
+        return self.module.module if self.optimizer is not None else self.module
+
+    def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named tensors on every rank, gathered one at a time over TP and PP."""
+        from verl.workers.engine.megatron.hf_weights import export_hf_state
+
+        yield from export_hf_state(self._bare_model(), self.hf_config)
+
+    def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        return {name: tensor.cpu() for name, tensor in self.full_state_dict()}
+
+    def parameter_count(self) -> int:
+        """Parameters of the whole model (every shard)."""
+        local = torch.tensor(sum(p.numel() for p in self._bare_model().parameters()), dtype=torch.int64)
+        from megatron.core import parallel_state as ps
+
+        dist.all_reduce(local, group=ps.get_model_parallel_group())
+        return int(local)
+
+    # ------------------------------------------------------------------ checkpoints
+    def layout(self) -> dict[str, int]:
+        """Where this rank's shard sits (what ``python -m verl.model_merger merge --backend megatron``
+        reassembles the model from)."""
+        from megatron.core import parallel_state as ps
+
+        return {
+            "tp_rank": ps.get_tensor_model_parallel_rank(),
+            "tp_size": ps.get_tensor_model_parallel_world_size(),
+            "pp_rank": ps.get_pipeline_model_parallel_rank(),
+            "pp_size": ps.get_pipeline_model_parallel_world_size(),
+            "dp_rank": ps.get_data_parallel_rank(),
+        }
+
+    def _shard_file(self, folder: str) -> str:
+        return os.path.join(folder, f"megatron_rank_{self.rank}.pt")
+
+    def save(self, folder: str, contents: list[str]) -> None:
+        state: dict = {"lr_step": self.lr_step, "layout": self.layout()}
+        if "model" in contents:
+            state["model"] = self._bare_model().state_dict()
+        if "optimizer" in contents and self.optimizer is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+            if hasattr(self.optimizer, "get_parameter_state_dp_reshardable"):
+                state["optimizer_shards"] = self.optimizer.get_parameter_state_dp_reshardable()
+        path = self._shard_file(folder)
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    def load(self, folder: str, contents: list[str]) -> None:
+        path = self._shard_file(folder)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was written by another layout or rank count; exact resume "
+                "needs the same ranks and parallel sizes"
+            )
+        state = torch_load(path)
+        if "model" in contents and "model" in state:
+            self._bare_model().load_state_dict(state["model"])
+        if "optimizer" in contents and "optimizer" in state and self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if "optimizer_shards" in state:
+                self.optimizer.load_parameter_state_from_dp_reshardable(state["optimizer_shards"])
+        if "extra" in contents:
+            self.lr_step = state["lr_step"]
+            if self.optimizer is not None:
+                self._set_lr(self.optim_config.lr * lr_multiplier(self.lr_step, self.optim_config))
