@@ -1,0 +1,266 @@
+"""Hugging Face architectures -> megatron-core ``GPTModel``: the families the converter knows.
+
+A small converter of our own rather than a bridge (``mbridge``, ``megatron-bridge``): the dense
+families verl users train (Qwen2/2.5, Qwen3, Llama, Mistral) share one layout -- RMSNorm, rotary
+positions, grouped-query attention, SwiGLU -- and differ only in a QKV bias and per-head q/k norms, so
+one small table describes them. Each is known as a causal LM and as the one-label token classifier a
+critic uses (same trunk, a ``score`` head ``[1, hidden]`` instead of ``lm_head``).
+
+The model is built from megatron-core's *local* layer spec (plain PyTorch, no Transformer Engine),
+which runs on CPUs and on GPUs without extra packages.
+
+Vocabulary padding: megatron-core splits the vocabulary evenly over tensor-parallel ranks, so a
+vocabulary that ``tp`` does not divide is padded to the next multiple (:func:`padded_vocab_size`).
+The padded embedding and output rows are zero, their logits are pinned to ``PADDED_LOGIT`` (so they
+carry no probability and no gradient), and :mod:`.weights` strips them again on export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from verl.config.base import ConfigError
+from verl.utils.errors import UserInputError
+
+PADDED_LOGIT = -10000.0
+"""The logit of a padded vocabulary row: ``exp`` of it is 0 in every float format (megatron-core
+masks attention scores with the same value), and unlike ``-inf`` it keeps ``p * log p`` finite."""
+
+
+class UnsupportedModelError(UserInputError, ValueError):
+    """The Hugging Face model is not one the Megatron converter knows."""
+
+    kind = "model"
+
+
+@dataclass(frozen=True)
+class Family:
+    """What tells one dense family's layout from another's."""
+
+    name: str
+    """The class-name prefix in transformers (``Qwen2`` -> ``Qwen2ForCausalLM``)."""
+    qkv_bias: bool | None
+    """Whether q/k/v projections have a bias (None: the config's ``attention_bias`` says)."""
+    qk_layernorm: bool
+    """Per-head RMSNorm of queries and keys before rotary (Qwen3's ``q_norm``/``k_norm``)."""
+
+
+FAMILIES = {
+    "qwen2": Family("Qwen2", qkv_bias=True, qk_layernorm=False),
+    "qwen3": Family("Qwen3", qkv_bias=None, qk_layernorm=True),
+    "llama": Family("Llama", qkv_bias=None, qk_layernorm=False),
+    "mistral": Family("Mistral", qkv_bias=False, qk_layernorm=False),
+}
+"""``config.model_type`` -> its family."""
+HEADS = ("ForCausalLM", "ForTokenClassification")
+KNOWN_ARCHITECTURES = tuple(f.name + head for f in FAMILIES.values() for head in HEADS)
+"""Every ``config.architectures`` entry the converter accepts."""
+
+
+def family(hf_config) -> Family:
+    """The config's family; an :class:`UnsupportedModelError` naming it and the known ones otherwise."""
+    model_type = getattr(hf_config, "model_type", None)
+    archs = list(getattr(hf_config, "architectures", None) or [])
+    unknown = [a for a in archs if a not in KNOWN_ARCHITECTURES]
+    if model_type not in FAMILIES or unknown:
+        named = ", ".join(unknown or archs) or "no architecture"
+        raise UnsupportedModelError(
+            f"the Megatron engine cannot convert {named} (model_type {model_type!r}); it knows "
+            f"{', '.join(KNOWN_ARCHITECTURES)} (token classifiers with num_labels=1); use strategy=fsdp "
+            "for other models"
+        )
+    return FAMILIES[model_type]
+
+
+def head_dim(hf_config) -> int:
+    """Qwen3 (and some Llamas) set ``head_dim`` apart from ``hidden_size / heads``."""
+    return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+
+
+def rope_parameters(hf_config) -> dict:
+    """transformers 5 keeps rotary settings in ``rope_parameters``; older configs at the top level
+    (``rope_theta``, ``rope_scaling``)."""
+    params = dict(
+        getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    )
+    params.setdefault("rope_theta", getattr(hf_config, "rope_theta", None) or 10000.0)
+    params.setdefault("rope_type", params.get("type", "default"))
+    return params
+
+
+def _rope_kwargs(hf_config) -> dict:
+    """``GPTModel``'s rotary arguments. megatron-core implements Llama 3.1's scaling with its fixed
+    constants only, so other constants (and other rope types) are refused."""
+    params = rope_parameters(hf_config)
+    kwargs = dict(position_embedding_type="rope", rotary_base=float(params["rope_theta"]))
+    rope_type = params["rope_type"]
+    if rope_type == "default":
+        return kwargs
+    constants = (
+        params.get("low_freq_factor"),
+        params.get("high_freq_factor"),
+        params.get("original_max_position_embeddings"),
+    )
+    if rope_type == "llama3" and constants == (1, 4, 8192):
+        return {**kwargs, "rope_scaling": True, "rope_scaling_factor": float(params.get("factor", 8.0))}
+    raise UnsupportedModelError(
+        f"the Megatron engine cannot convert rotary scaling {params} of {hf_config.model_type}; it knows "
+        "rope_type default and llama3 (low_freq_factor 1, high_freq_factor 4, original 8192 positions)"
+    )
+
+
+def padded_vocab_size(hf_config, tp: int) -> int:
+    """The vocabulary rounded up to a multiple of ``tp`` (megatron-core splits it evenly)."""
+    return -(-hf_config.vocab_size // tp) * tp
+
+
+def check_parallel(hf_config, tp: int, pp: int, key: str = "megatron") -> None:
+    """Refuse, before anything is built, a model the converter does not know or a split it cannot
+    make; ``key`` names the config section holding the parallel sizes."""
+    family(hf_config)
+    _rope_kwargs(hf_config)
+    if getattr(hf_config, "mlp_bias", False):
+        raise UnsupportedModelError(
+            f"{hf_config.model_type} with mlp_bias=True: the converter knows bias-free MLPs"
+        )
+    heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    for what, count in (("attention heads", heads), ("key/value heads", groups)):
+        if count % tp:
+            raise ConfigError(
+                f"{key}.tensor_model_parallel_size: expected a divisor of the model's {count} {what} "
+                f"({heads} attention heads, {groups} key/value heads), got {tp}"
+            )
+    layers = hf_config.num_hidden_layers
+    if pp > layers or layers % pp:
+        raise ConfigError(
+            f"{key}.pipeline_model_parallel_size: expected a divisor of the model's {layers} layers "
+            f"(each stage holds the same number), got {pp}"
+        )
+
+
+def qkv_bias(hf_config) -> bool:
+    """Qwen2 always has a QKV bias, Mistral never; Llama and Qwen3 as `attention_bias` says."""
+    fixed = family(hf_config).qkv_bias
+    return bool(getattr(hf_config, "attention_bias", False)) if fixed is None else fixed
+
+
+def transformer_config(
+    hf_config, *, tp: int, pp: int, dtype: torch.dtype, overrides: dict | None = None, **parallel
+):
+    """megatron-core's ``TransformerConfig`` for ``hf_config`` split ``tp`` x ``pp`` in ``dtype``.
+
+    ``parallel``: more ``TransformerConfig`` fields (``sequence_parallel``, ...). ``overrides`` (verl's
+    ``megatron.override_transformer_config``) apply last; a null value keeps the default, an unknown
+    key is a :class:`ConfigError` naming it. Initialisation is off: :func:`.weights.load_hf_state`
+    overwrites every parameter and checks that none is left out."""
+    from megatron.core.transformer import TransformerConfig
+
+    fields = dict(
+        num_layers=hf_config.num_hidden_layers,
+        hidden_size=hf_config.hidden_size,
+        num_attention_heads=hf_config.num_attention_heads,
+        num_query_groups=hf_config.num_key_value_heads,
+        kv_channels=head_dim(hf_config),
+        ffn_hidden_size=hf_config.intermediate_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=hf_config.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=nn.functional.silu,
+        add_bias_linear=False,
+        add_qkv_bias=qkv_bias(hf_config),
+        qk_layernorm=family(hf_config).qk_layernorm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        perform_initialization=False,
+        **parallel,
+    )
+    known = TransformerConfig.__dataclass_fields__
+    for name, value in (overrides or {}).items():
+        if name not in known:
+            raise ConfigError(
+                f"override_transformer_config.{name}: expected a field of megatron-core's TransformerConfig, "
+                f"got an unknown key {name!r}"
+            )
+        if value is not None:
+            fields[name] = value
+    # The local layer spec has one attention implementation; verl's configs name a TE backend here.
+    fields.pop("attention_backend", None)
+    return TransformerConfig(**fields)
+
+
+class ValueHead(nn.Module):
+    """The critic's head in place of the output layer: one value per position, whole on every
+    tensor-parallel rank (one output column cannot be split).
+
+    It accepts the call ``GPTModel`` makes to its output layer and returns ``(values, None)``. Every
+    rank computes the same values from the same hidden states, so the gradient each rank sends back
+    is already the full one (no all-reduce, unlike a column-parallel layer). Under sequence
+    parallelism the hidden states arrive as this rank's slice of the sequence and are gathered
+    first; backward then keeps only this rank's slice of the gradient."""
+
+    def __init__(self, hidden: int, bias: bool, sequence_parallel: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, hidden))
+        self.bias = nn.Parameter(torch.empty(1)) if bias else None
+        self.sequence_parallel = sequence_parallel
+
+    def forward(self, hidden_states, weight=None, runtime_gather_output=None):
+        if self.sequence_parallel:
+            from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
+
+            hidden_states = gather_from_sequence_parallel_region(
+                hidden_states, tensor_parallel_output_grad=False
+            )
+        return nn.functional.linear(hidden_states, self.weight, self.bias), None
+
+
+def _mask_padded_vocab(vocab: int, padded: int):
+    """A forward hook for the output layer that pins the padded vocabulary's logits to
+    ``PADDED_LOGIT``; the logits are this rank's slice, or all of them when gathered."""
+
+    def hook(module, args, output):
+        logits, bias = output
+        width = logits.shape[-1]
+        start = 0 if width == padded else module.tp_group.rank() * width
+        ids = torch.arange(start, start + width, device=logits.device)
+        return logits.masked_fill(ids >= vocab, PADDED_LOGIT), bias
+
+    return hook
+
+
+def build_model(
+    hf_config, config, *, pre_process: bool, post_process: bool, value_head: bool = False
+) -> nn.Module:
+    """This pipeline stage's ``GPTModel``; ``value_head``: the critic's model (a :class:`ValueHead`
+    instead of the output layer, giving ``[b, s, 1]``). Weights are left to :func:`.weights.load_hf_state`."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    tp = config.tensor_model_parallel_size
+    padded = padded_vocab_size(hf_config, tp)
+    model = GPTModel(
+        config,
+        get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm),
+        vocab_size=padded,
+        max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings) and not value_head,
+        **_rope_kwargs(hf_config),
+    )
+    if post_process and value_head:
+        bias = bool(getattr(hf_config, "token_classification_bias", True))  # transformers' default: a bias
+        model.output_layer = ValueHead(hf_config.hidden_size, bias, config.sequence_parallel)
+    elif post_process and padded != hf_config.vocab_size:
+        model.output_layer.register_forward_hook(_mask_padded_vocab(hf_config.vocab_size, padded))
+    return model

@@ -1,0 +1,292 @@
+"""Full Hugging Face state dicts into a rank's ``GPTModel`` shard, and full HF tensors back out.
+
+Every megatron parameter is a *slot*: the HF tensors it is made of, how they are fused, and the
+dimension tensor parallelism splits. A parameter passes through one intermediate form, the *full*
+tensor (what a single rank would hold with ``tp=1``), so each layout rule is written once:
+
+* ``linear_qkv``: rows grouped by key/value head group -- each group's query heads, then its key
+  head, then its value head; the ``T`` tensor-parallel ranks hold consecutive groups;
+* ``linear_fc1``: ``[gate; up]``; rank ``r`` holds ``[gate rows of r; up rows of r]`` (so gathering
+  the ranks' slices is not a plain concatenation);
+* ``linear_proj``, ``linear_fc2``: split by columns (input features);
+* embedding, output layer: split by vocabulary rows, padded to a multiple of ``T`` (zero rows, see
+  :mod:`.arch`), the padding dropped on export;
+* norms (and the critic's value head): whole on every rank.
+
+Pipeline stages number their layers from 0; megatron-core's ``get_transformer_layer_offset`` gives a
+stage's first global layer. :func:`export_hf_state` walks the global list of slots (from the HF config
+alone) on every rank, so all ranks join the same collectives in the same order: the owning stage
+gathers a slot's slices over its tensor-parallel group, broadcasts the full tensor over the pipeline
+group, and every rank yields its HF tensors -- one parameter in flight at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from verl.workers.engine.megatron.arch import ValueHead, family, head_dim, padded_vocab_size, qkv_bias
+
+FIRST, LAST = -1, -2
+"""The ``layer`` of a slot on the first stage (embedding) and on the last (final norm, head)."""
+EMBED, LM_HEAD, SCORE = "model.embed_tokens.weight", "lm_head.weight", "score"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One megatron parameter and the HF tensors it holds."""
+
+    suffix: str
+    """Its name in ``GPTModel``, after ``decoder.layers.<local index>.`` for a layer's parameters."""
+    layer: int
+    """The global layer index, or :data:`FIRST` / :data:`LAST` for the stage that holds it."""
+    hf: tuple[str, ...]
+    kind: str
+    """plain | qkv (q, k, v fused by group) | gate_up (gate, up stacked) | vocab (rows padded)."""
+    split: int | None
+    """The dimension tensor parallelism splits (None: whole on every rank)."""
+    shape: tuple[int, ...]
+    """The full tensor's shape (``tp=1``, vocabulary padded)."""
+    export: bool = True
+    """False for a tied output layer: its tensor is the embedding's, exported once."""
+
+    def local_name(self, offset: int) -> str:
+        return f"decoder.layers.{self.layer - offset}.{self.suffix}" if self.layer >= 0 else self.suffix
+
+
+def _layer_slots(hf_config, layer: int) -> list[Slot]:
+    """One decoder layer's slots, in the order of the HF state dict where fusing allows."""
+    h, f, d = hf_config.hidden_size, hf_config.intermediate_size, head_dim(hf_config)
+    heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    qkv_rows = (heads + 2 * groups) * d
+    bias, qk_norm = qkv_bias(hf_config), family(hf_config).qk_layernorm
+    qkv = [f"self_attn.{x}_proj" for x in "qkv"]
+    table = [  # (megatron suffix, HF suffixes, kind, split, full shape, present)
+        ("self_attention.linear_qkv.weight", [a + ".weight" for a in qkv], "qkv", 0, (qkv_rows, h), True),
+        ("self_attention.linear_qkv.bias", [a + ".bias" for a in qkv], "qkv", 0, (qkv_rows,), bias),
+        ("self_attention.linear_proj.weight", ["self_attn.o_proj.weight"], "plain", 1, (h, heads * d), True),
+        ("self_attention.q_layernorm.weight", ["self_attn.q_norm.weight"], "plain", None, (d,), qk_norm),
+        ("self_attention.k_layernorm.weight", ["self_attn.k_norm.weight"], "plain", None, (d,), qk_norm),
+        (
+            "mlp.linear_fc1.weight",
+            ["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+            "gate_up",
+            0,
+            (2 * f, h),
+            True,
+        ),
+        ("mlp.linear_fc2.weight", ["mlp.down_proj.weight"], "plain", 1, (h, f), True),
+        ("input_layernorm.weight", ["input_layernorm.weight"], "plain", None, (h,), True),
+        ("pre_mlp_layernorm.weight", ["post_attention_layernorm.weight"], "plain", None, (h,), True),
+    ]
+    prefix = f"model.layers.{layer}."
+    return [
+        Slot(suffix, layer, tuple(prefix + n for n in hf), kind, split, shape)
+        for suffix, hf, kind, split, shape, present in table
+        if present
+    ]
+
+
+def slots(hf_config, value_head: bool = False, tp: int = 1) -> list[Slot]:
+    """Every megatron parameter of the whole model, in export order."""
+    h, vocab = hf_config.hidden_size, padded_vocab_size(hf_config, tp)
+    out = [Slot("embedding.word_embeddings.weight", FIRST, (EMBED,), "vocab", 0, (vocab, h))]
+    for layer in range(hf_config.num_hidden_layers):
+        out += _layer_slots(hf_config, layer)
+    out.append(Slot("decoder.final_layernorm.weight", LAST, ("model.norm.weight",), "plain", None, (h,)))
+    if value_head:
+        out.append(Slot("output_layer.weight", LAST, (f"{SCORE}.weight",), "plain", None, (1, h)))
+        if getattr(hf_config, "token_classification_bias", True):
+            out.append(Slot("output_layer.bias", LAST, (f"{SCORE}.bias",), "plain", None, (1,)))
+    else:
+        tied = bool(hf_config.tie_word_embeddings)
+        hf = (EMBED,) if tied else (LM_HEAD,)
+        out.append(Slot("output_layer.weight", LAST, hf, "vocab", 0, (vocab, h), export=not tied))
+    return out
+
+
+def hf_names(hf_config, value_head: bool = False) -> list[str]:
+    """The HF tensors :func:`export_hf_state` yields, in its order (no ``lm_head.weight`` when tied)."""
+    return [name for slot in slots(hf_config, value_head) if slot.export for name in slot.hf]
+
+
+# ---------------------------------------------------------------------------- layouts
+def _to_full(slot: Slot, tensors: list[torch.Tensor], hf_config) -> torch.Tensor:
+    """The full megatron tensor from the slot's HF tensors."""
+    if slot.kind == "qkv":
+        groups = hf_config.num_key_value_heads
+        q, k, v = (t.reshape(groups, -1, *t.shape[1:]) for t in tensors)
+        return torch.cat([q, k, v], dim=1).reshape(slot.shape)
+    if slot.kind == "gate_up":
+        return torch.cat(tensors)
+    (tensor,) = tensors
+    if slot.kind == "vocab" and tensor.shape[0] < slot.shape[0]:
+        padding = tensor.new_zeros(slot.shape[0] - tensor.shape[0], *tensor.shape[1:])
+        return torch.cat([tensor, padding])
+    return tensor
+
+
+def _to_hf(slot: Slot, full: torch.Tensor, hf_config) -> list[torch.Tensor]:
+    """The slot's HF tensors from its full megatron tensor (inverse of :func:`_to_full`)."""
+    if slot.kind == "qkv":
+        groups, d = hf_config.num_key_value_heads, head_dim(hf_config)
+        per_group = hf_config.num_attention_heads // groups
+        grouped = full.reshape(groups, (per_group + 2) * d, *full.shape[1:])
+        q, k, v = grouped.split([per_group * d, d, d], dim=1)
+        return [t.reshape(-1, *t.shape[2:]).contiguous() for t in (q, k, v)]
+    if slot.kind == "gate_up":
+        return [t.contiguous() for t in full.chunk(2)]
+    if slot.kind == "vocab":
+        return [full[: hf_config.vocab_size]]
+    return [full]
+
+
+def _shard(slot: Slot, full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s slice of a full tensor."""
+    if slot.split is None or tp == 1:
+        return full
+    if slot.kind == "gate_up":
+        gate, up = full.chunk(2)
+        return torch.cat([gate.chunk(tp)[rank], up.chunk(tp)[rank]])
+    return full.chunk(tp, dim=slot.split)[rank]
+
+
+def _unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
+    """The full tensor from every rank's slice (inverse of :func:`_shard`)."""
+    if slot.kind == "gate_up":
+        halves = [p.chunk(2) for p in pieces]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves])
+    return torch.cat(pieces, dim=slot.split)
+
+
+# ---------------------------------------------------------------------------- load
+def _layer_offset(model: nn.Module, pp_rank: int | None = None) -> int:
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    return get_transformer_layer_offset(model.config, pp_rank=pp_rank)
+
+
+def _local_slots(model: nn.Module, all_slots: list[Slot]) -> dict[str, Slot]:
+    """This stage's slots by the local parameter name. A tied output layer has a parameter only on a
+    last stage that lacks the embedding (megatron-core keeps a copy there)."""
+    offset, count = _layer_offset(model), len(model.decoder.layers)
+    out = {}
+    for slot in all_slots:
+        if slot.layer >= 0:
+            here = offset <= slot.layer < offset + count
+        elif slot.layer == FIRST:
+            here = model.pre_process
+        else:
+            here = model.post_process and (slot.export or not model.pre_process)
+        if here:
+            out[slot.local_name(offset)] = slot
+    return out
+
+
+def _check_names(state: Mapping[str, torch.Tensor], hf_config, value_head: bool) -> None:
+    """Every HF tensor of the model present, none unknown (a tied model's ``lm_head.weight`` may
+    be listed: transformers' state dict names the shared tensor twice)."""
+    expected = set(hf_names(hf_config, value_head))
+    optional = {LM_HEAD} if hf_config.tie_word_embeddings and not value_head else set()
+    missing = sorted(expected - set(state))
+    extra = sorted(set(state) - expected - optional)
+    if missing or extra:
+        raise KeyError(
+            f"the Hugging Face state dict does not match {hf_config.model_type} "
+            f"({'value head' if value_head else 'causal LM'}): missing {missing}, unexpected {extra}"
+        )
+
+
+def load_hf_state(model: nn.Module, hf_config, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy this rank's share of the full HF ``state`` (``module.state_dict()`` of a transformers
+    causal LM or one-label token classifier) into ``model``. Raises ``KeyError`` naming the HF
+    tensors missing or unexpected, or the megatron parameters without a source."""
+    from megatron.core import parallel_state as ps
+
+    value_head = f"{SCORE}.weight" in state
+    if model.post_process and value_head != isinstance(model.output_layer, ValueHead):
+        raise KeyError(
+            f"the model was built with value_head={not value_head}, the state dict has the other head"
+        )
+    _check_names(state, hf_config, value_head)
+    tp, rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    local = _local_slots(model, slots(hf_config, value_head, tp))
+    params = dict(model.named_parameters())
+    unfilled, unknown = sorted(set(params) - set(local)), sorted(set(local) - set(params))
+    if unfilled or unknown:
+        raise KeyError(
+            f"megatron parameters without an HF source: {unfilled}; expected but absent: {unknown}"
+        )
+    with torch.no_grad():
+        for name, slot in local.items():
+            full = _to_full(slot, [state[n] for n in slot.hf], hf_config)
+            params[name].copy_(_shard(slot, full, tp, rank))
+
+
+# ---------------------------------------------------------------------------- export
+def _owner(slot: Slot, model: nn.Module, pp: int) -> int:
+    """The pipeline rank that holds the slot."""
+    if slot.layer == FIRST:
+        return 0
+    if slot.layer == LAST:
+        return pp - 1
+    return max(r for r in range(pp) if _layer_offset(model, pp_rank=r) <= slot.layer)
+
+
+def _has_value_head(model: nn.Module) -> bool:
+    """Whether the model is a critic's; only the last stage can tell, so the pipeline group agrees."""
+    from megatron.core import parallel_state as ps
+
+    device = next(model.parameters()).device
+    flag = torch.tensor(
+        [float(model.post_process and isinstance(model.output_layer, ValueHead))], device=device
+    )
+    if ps.get_pipeline_model_parallel_world_size() > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ps.get_pipeline_model_parallel_group())
+    return bool(flag.item())
+
+
+def _gather(slot: Slot, local: torch.Tensor) -> torch.Tensor:
+    """The full tensor from this tensor-parallel group's slices."""
+    from megatron.core import parallel_state as ps
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    if slot.split is None or tp == 1:
+        return local.detach()
+    pieces = [torch.empty_like(local) for _ in range(tp)]
+    dist.all_gather(pieces, local.detach().contiguous(), group=ps.get_tensor_model_parallel_group())
+    return _unshard(slot, pieces)
+
+
+def export_hf_state(
+    model: nn.Module, hf_config, value_head: bool | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Full HF-named tensors (:func:`hf_names`' order), the same sequence on every rank; every rank
+    of the model-parallel group must consume the whole iterator (it runs collectives).
+
+    ``value_head``: whether ``model`` is a critic's (None: asked of the last stage, one all-reduce)."""
+    from megatron.core import parallel_state as ps
+
+    if value_head is None:
+        value_head = _has_value_head(model)
+    tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+    me, group = ps.get_pipeline_model_parallel_rank(), ps.get_pipeline_model_parallel_group()
+    stage_ranks = dist.get_process_group_ranks(group) if pp > 1 else [dist.get_rank()]
+    params = dict(model.named_parameters())
+    any_param = next(iter(params.values()))
+    offset = _layer_offset(model)
+    for slot in slots(hf_config, value_head, tp):
+        if not slot.export:
+            continue
+        owner = _owner(slot, model, pp)
+        if owner == me:
+            full = _gather(slot, params[slot.local_name(offset)]).contiguous()
+        else:
+            full = torch.empty(slot.shape, dtype=any_param.dtype, device=any_param.device)
+        if pp > 1:
+            dist.broadcast(full, src=stage_ranks[owner], group=group)
+        yield from zip(slot.hf, _to_hf(slot, full, hf_config))
