@@ -39,7 +39,7 @@ class Entry:
     name: str
     hf_names: tuple[str, ...]
     kind: str
-    """same (one tensor) | qkv | gate_up."""
+    """same (one tensor) | vocab (one tensor, rows padded to the padded vocabulary) | qkv | gate_up."""
     split: int | None
     """The dimension tensor parallelism splits (None: every rank holds it whole)."""
 
@@ -59,15 +59,11 @@ def check_parallel(hf_config, tp: int, pp: int, key: str) -> None:
     """Sizes the model can be split by; errors name the key and say what divides what."""
     check_architecture(hf_config, key)
     heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
-    for what, count in (
-        ("attention heads", heads),
-        ("key/value heads", groups),
-        ("vocabulary rows", hf_config.vocab_size),
-    ):
+    for what, count in (("attention heads", heads), ("key/value heads", groups)):
         if count % tp:
             raise ConfigError(
                 f"{key}.tensor_model_parallel_size={tp} must divide the model's {count} {what} "
-                f"({hf_config.model_type}: {heads} heads, {groups} key/value heads, vocabulary {hf_config.vocab_size})"
+                f"({hf_config.model_type}: {heads} heads, {groups} key/value heads)"
             )
     layers = hf_config.num_hidden_layers
     if layers % pp:
@@ -75,6 +71,13 @@ def check_parallel(hf_config, tp: int, pp: int, key: str) -> None:
             f"{key}.pipeline_model_parallel_size={pp} must divide the model's {layers} layers (each stage holds "
             "the same number)"
         )
+
+
+def padded_vocab(hf_config, tp: int) -> int:
+    """The vocabulary rounded up to a multiple of ``tp`` (each rank holds as many rows). The padding
+    rows are zero in the weights, masked out of the logits (:class:`~.engine.StageModule`) and
+    stripped from exported weights."""
+    return -(-hf_config.vocab_size // tp) * tp
 
 
 def head_dim(hf_config) -> int:
@@ -162,7 +165,7 @@ def build_model(
     model = GPTModel(
         config,
         get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm),
-        vocab_size=hf_config.vocab_size,
+        vocab_size=padded_vocab(hf_config, config.tensor_model_parallel_size),
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,
         post_process=post_process,

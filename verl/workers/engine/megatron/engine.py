@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from verl.config.base import ConfigError
 from verl.config.engine import OptimConfig
 from verl.utils.checkpoint_io import torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
@@ -61,8 +62,17 @@ def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class StageModule(nn.Module):
     """This rank's pipeline stage, called like a transformers causal LM (see the module doc)."""
 
-    def __init__(self, model: nn.Module, last_stage: bool, vocab_parallel_group, multiple: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        last_stage: bool,
+        vocab_parallel_group,
+        multiple: int,
+        padding: torch.Tensor | None,
+    ) -> None:
         super().__init__()
+        self.padding = padding
+        """This rank's logit columns that are vocabulary padding (None: none): masked out."""
         self.model = model
         self.last_stage = last_stage
         self.vocab_parallel_group = vocab_parallel_group
@@ -82,7 +92,24 @@ class StageModule(nn.Module):
         if not self.last_stage:
             raise StageOutput(out)
         out = out[:, :length]
+        if self.padding is not None:  # a large finite value: exp gives 0, and 0 x it stays 0 in the entropy
+            out = out.masked_fill(self.padding.to(out.device), -1e9)
         return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
+
+
+def check_device(device: torch.device, key: str) -> None:
+    """megatron-core 0.16 calls CUDA unconditionally in a few places (rotary tables, pipeline
+    buffers, the optimizer): without a GPU it cannot run as it is. The tests run it on CPU behind a
+    shim of their own (tests/megatron/cpu_shim.py), which answers ``torch.cuda.current_device()``."""
+    if device.type == "cuda":
+        return
+    try:
+        torch.cuda.current_device()
+    except (AssertionError, RuntimeError) as error:
+        raise ConfigError(
+            f"{key}: the Megatron engine needs a CUDA GPU (megatron-core calls CUDA even for CPU tensors: "
+            f"{error}); on CPU use strategy=fsdp"
+        ) from None
 
 
 def ensure_process_group(device: torch.device) -> None:
@@ -155,6 +182,7 @@ class MegatronEngine(TrainEngine):
         from verl.workers.engine.megatron.convert import build_model, check_parallel, transformer_config
         from verl.workers.engine.megatron.hf_weights import load_hf_state
 
+        check_device(device, key)
         ensure_process_group(device)
         init_model_parallel(megatron, key)
         self.device, self.key, self.lora = device, key, False
@@ -203,11 +231,26 @@ class MegatronEngine(TrainEngine):
         self.lr_step = 0
         self.vocab_group = ps.get_tensor_model_parallel_group() if tp > 1 and not value_head else None
         self.stage = StageModule(
-            model, self.last_stage, self.vocab_group, tp if config.sequence_parallel else 1
+            model,
+            self.last_stage,
+            self.vocab_group,
+            tp if config.sequence_parallel else 1,
+            self._padding(value_head),
         )
         self.rows_group = ps.get_model_parallel_group() if tp * pp > 1 else None
         """Ranks that hold the same rows (one model copy): they gather their shares of a batch."""
         self.replicas = tp * pp
+
+    def _padding(self, value_head: bool) -> torch.Tensor | None:
+        """Which of this rank's logit columns pad the vocabulary to a multiple of the TP size."""
+        from megatron.core import parallel_state as ps
+        from verl.workers.engine.megatron.convert import padded_vocab
+
+        tp = ps.get_tensor_model_parallel_world_size()
+        width = padded_vocab(self.hf_config, tp) // tp
+        ids = torch.arange(width) + ps.get_tensor_model_parallel_rank() * width
+        padding = ids >= self.hf_config.vocab_size
+        return padding if padding.any() and not value_head else None
 
     def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
         from megatron.core.distributed import (

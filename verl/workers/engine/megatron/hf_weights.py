@@ -13,9 +13,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
-from verl.workers.engine.megatron.convert import VALUE_HEAD, Entry, ValueHead, head_dim
+from verl.workers.engine.megatron.convert import VALUE_HEAD, Entry, ValueHead, head_dim, padded_vocab
 
 _LAYER = {  # the parameters of one decoder layer: megatron suffix -> (HF suffixes, kind, split)
     "input_layernorm.weight": (("input_layernorm.weight",), "same", None),
@@ -42,14 +43,14 @@ def entries(model: nn.Module, hf_config) -> list[Entry]:
     out = []
     for name, _ in model.named_parameters():
         if name == "embedding.word_embeddings.weight":
-            out.append(Entry(name, ("model.embed_tokens.weight",), "same", 0))
+            out.append(Entry(name, ("model.embed_tokens.weight",), "vocab", 0))
         elif name == "decoder.final_layernorm.weight":
             out.append(Entry(name, ("model.norm.weight",), "same", None))
         elif name.startswith("output_layer."):
             value = isinstance(model.output_layer, ValueHead)
             suffix = name.split(".", 1)[1]
             hf = f"{VALUE_HEAD}.{suffix}" if value else "lm_head.weight"
-            out.append(Entry(name, (hf,), "same", None if value else 0))
+            out.append(Entry(name, (hf,), "same", None) if value else Entry(name, (hf,), "vocab", 0))
         elif name.startswith("decoder.layers."):
             _, _, index, suffix = name.split(".", 3)
             hf_suffixes, kind, split = _LAYER[suffix]
@@ -76,6 +77,8 @@ def to_megatron(entry: Entry, tensors: list[torch.Tensor], hf_config, tp: int) -
         gate, up = (t.chunk(tp, dim=0) for t in tensors)
         return [torch.cat([g, u]) for g, u in zip(gate, up)]
     (tensor,) = tensors
+    if entry.kind == "vocab":
+        tensor = F.pad(tensor, (0, 0, 0, padded_vocab(hf_config, tp) - len(tensor)))
     return list(tensor.chunk(tp, dim=entry.split)) if entry.split is not None else [tensor] * tp
 
 
@@ -89,7 +92,8 @@ def to_hf(entry: Entry, slices: list[torch.Tensor], hf_config) -> list[torch.Ten
     if entry.kind == "gate_up":
         halves = [s.chunk(2) for s in slices]
         return [torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves])]
-    return [torch.cat(slices, dim=entry.split) if entry.split is not None else slices[0]]
+    full = torch.cat(slices, dim=entry.split) if entry.split is not None else slices[0]
+    return [full[: hf_config.vocab_size] if entry.kind == "vocab" else full]
 
 
 def _with_tied_head(state: Mapping[str, torch.Tensor], hf_config) -> Mapping[str, torch.Tensor]:
