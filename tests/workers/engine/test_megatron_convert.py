@@ -22,6 +22,7 @@ CASES = {
     "qwen2-untied": ("Qwen2Config", dict(tie_word_embeddings=False), False),
     "llama": ("LlamaConfig", dict(tie_word_embeddings=False), False),
     "qwen3-head-dim-16": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=16), False),
+    "mistral": ("MistralConfig", dict(tie_word_embeddings=False), False),
     "qwen2-value": ("Qwen2Config", dict(tie_word_embeddings=True, num_labels=1), True),
 }
 
@@ -58,10 +59,10 @@ def _hf_model(case: str):
 
 
 def _batch(vocab: int):
-    """Two rows of 7 tokens, the second left-padded by 3."""
+    """Two rows of 8 tokens, the second left-padded by 3."""
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, vocab, (2, 7), generator=gen)
-    real = torch.ones(2, 7, dtype=torch.bool)
+    ids = torch.randint(0, vocab, (2, 8), generator=gen)
+    real = torch.ones(2, 8, dtype=torch.bool)
     real[1, :3] = False
     return ids, real
 
@@ -276,3 +277,10 @@ def test_overrides_apply_last_and_null_keeps_the_default():
     )
     assert (config.hidden_dropout, config.recompute_method) == (0.5, None)
     assert (config.kv_channels, config.qk_layernorm, config.add_qkv_bias) == (16, True, False)
+
+
+def test_sequence_parallel_is_turned_off_for_the_local_layer_spec():
+    from verl.workers.engine.megatron.arch import transformer_config
+
+    config = transformer_config(_hf_config("llama"), tp=2, pp=1, dtype=torch.float32, sequence_parallel=True)
+    assert config.sequence_parallel is False

@@ -17,13 +17,20 @@ carry no probability and no gradient), and :mod:`.weights` strips them again on 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from verl.config.base import ConfigError
 from verl.utils.errors import UserInputError
+
+if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
+
+logger = logging.getLogger(__name__)
 
 PADDED_LOGIT = -10000.0
 """The logit of a padded vocabulary row: ``exp`` of it is 0 in every float format (megatron-core
@@ -147,12 +154,35 @@ def qkv_bias(hf_config) -> bool:
     return bool(getattr(hf_config, "attention_bias", False)) if fixed is None else fixed
 
 
+def _apply_overrides(fields: dict, overrides: dict, known) -> None:
+    """verl's ``override_transformer_config`` over ``fields`` (null: keep), then what the local
+    layer spec cannot do taken out again."""
+    for name, value in overrides.items():
+        if name not in known:
+            raise ConfigError(
+                f"override_transformer_config.{name}: expected a field of megatron-core's TransformerConfig, "
+                f"got an unknown key {name!r}"
+            )
+        if value is not None:
+            fields[name] = value
+    # The local layer spec has one attention implementation; verl's configs name a TE backend here.
+    fields.pop("attention_backend", None)
+    if fields.get("sequence_parallel"):
+        # The local spec's norms (torch RMSNorm) cannot split the sequence; verl turns it on by
+        # default, and it changes only memory, never the numbers.
+        logger.warning(
+            "sequence_parallel is off: megatron-core's local layer spec (no Transformer Engine) lacks it"
+        )
+        fields["sequence_parallel"] = False
+
+
 def transformer_config(
     hf_config, *, tp: int, pp: int, dtype: torch.dtype, overrides: dict | None = None, **parallel
-):
+) -> TransformerConfig:
     """megatron-core's ``TransformerConfig`` for ``hf_config`` split ``tp`` x ``pp`` in ``dtype``.
 
-    ``parallel``: more ``TransformerConfig`` fields (``sequence_parallel``, ...). ``overrides`` (verl's
+    ``parallel``: more ``TransformerConfig`` fields; ``sequence_parallel`` is turned off (with a
+    warning), the local layer spec has none. ``overrides`` (verl's
     ``megatron.override_transformer_config``) apply last; a null value keeps the default, an unknown
     key is a :class:`ConfigError` naming it. Initialisation is off: :func:`.weights.load_hf_state`
     overwrites every parameter and checks that none is left out."""
@@ -184,17 +214,7 @@ def transformer_config(
         perform_initialization=False,
         **parallel,
     )
-    known = TransformerConfig.__dataclass_fields__
-    for name, value in (overrides or {}).items():
-        if name not in known:
-            raise ConfigError(
-                f"override_transformer_config.{name}: expected a field of megatron-core's TransformerConfig, "
-                f"got an unknown key {name!r}"
-            )
-        if value is not None:
-            fields[name] = value
-    # The local layer spec has one attention implementation; verl's configs name a TE backend here.
-    fields.pop("attention_backend", None)
+    _apply_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)
     return TransformerConfig(**fields)
 
 
@@ -203,24 +223,15 @@ class ValueHead(nn.Module):
     tensor-parallel rank (one output column cannot be split).
 
     It accepts the call ``GPTModel`` makes to its output layer and returns ``(values, None)``. Every
-    rank computes the same values from the same hidden states, so the gradient each rank sends back
-    is already the full one (no all-reduce, unlike a column-parallel layer). Under sequence
-    parallelism the hidden states arrive as this rank's slice of the sequence and are gathered
-    first; backward then keeps only this rank's slice of the gradient."""
+    rank computes the same values from the same (replicated) hidden states, so the gradient each
+    rank sends back is already the full one -- no all-reduce, unlike a column-parallel layer."""
 
-    def __init__(self, hidden: int, bias: bool, sequence_parallel: bool) -> None:
+    def __init__(self, hidden: int, bias: bool) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(1, hidden))
         self.bias = nn.Parameter(torch.empty(1)) if bias else None
-        self.sequence_parallel = sequence_parallel
 
     def forward(self, hidden_states, weight=None, runtime_gather_output=None):
-        if self.sequence_parallel:
-            from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
-
-            hidden_states = gather_from_sequence_parallel_region(
-                hidden_states, tensor_parallel_output_grad=False
-            )
         return nn.functional.linear(hidden_states, self.weight, self.bias), None
 
 
@@ -239,7 +250,7 @@ def _mask_padded_vocab(vocab: int, padded: int):
 
 
 def build_model(
-    hf_config, config, *, pre_process: bool, post_process: bool, value_head: bool = False
+    hf_config, config: TransformerConfig, *, pre_process: bool, post_process: bool, value_head: bool = False
 ) -> nn.Module:
     """This pipeline stage's ``GPTModel``; ``value_head``: the critic's model (a :class:`ValueHead`
     instead of the output layer, giving ``[b, s, 1]``). Weights are left to :func:`.weights.load_hf_state`."""
@@ -250,7 +261,8 @@ def build_model(
     padded = padded_vocab_size(hf_config, tp)
     model = GPTModel(
         config,
-        get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm),
+        # RMSNorm named explicitly: left unnamed, the spec picks apex's LayerNorm where apex is installed.
+        get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm"),
         vocab_size=padded,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,
@@ -260,7 +272,7 @@ def build_model(
     )
     if post_process and value_head:
         bias = bool(getattr(hf_config, "token_classification_bias", True))  # transformers' default: a bias
-        model.output_layer = ValueHead(hf_config.hidden_size, bias, config.sequence_parallel)
+        model.output_layer = ValueHead(hf_config.hidden_size, bias)
     elif post_process and padded != hf_config.vocab_size:
         model.output_layer.register_forward_hook(_mask_padded_vocab(hf_config.vocab_size, padded))
     return model
