@@ -118,8 +118,9 @@ class MegatronConfig:
     """verl: build the engine without an optimizer (True in the reference's section). No effect here:
     the role decides (the reference only runs forward)."""
     dtype: str = "bfloat16"
-    """verl: the mixed-precision dtype (bfloat16 | float16). No effect here yet: the engine computes in
-    the dtype the weights are loaded in (the role's fsdp_config.model_dtype)."""
+    """On a GPU, the weights' and compute dtype (bfloat16 | float16), with fp32 master weights in the
+    optimizer (megatron-core's mixed precision), as verl. On CPU the engine computes in the role's
+    fsdp_config.model_dtype (default fp32), as the FSDP engine does there."""
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
@@ -172,7 +173,6 @@ INERT_FIELDS = (
     "entropy_from_logits_with_chunking",
     "entropy_from_logits_chunk_size",
     "forward_only",
-    "dtype",
 )
 """Fields of :class:`MegatronConfig` that have no effect here (each one's doc says why)."""
 

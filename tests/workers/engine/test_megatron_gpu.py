@@ -38,12 +38,13 @@ def _engines(value_head: bool, dtype: torch.dtype):
     if dtype == torch.float32:
         fsdp_cfg.mixed_precision.param_dtype = "fp32"
     fsdp = FSDPEngine(reference, torch.device("cuda"), fsdp_cfg, optim=optim_config())
-    module = build_hf(config, value_head, state).to(dtype)
+    module = build_hf(config, value_head, state)
     megatron = MegatronEngine(
         module,
         torch.device("cuda"),
         MegatronConfig(),
         "test.megatron",
+        dtype=dtype,
         optim=optim_config(),
         value_head=value_head,
     )

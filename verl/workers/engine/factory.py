@@ -25,22 +25,25 @@ def build_engine(
 ) -> TrainEngine:
     """``strategy`` fsdp / fsdp2: :class:`~verl.workers.engine.fsdp.FSDPEngine` over ``fsdp``;
     megatron: :class:`~verl.workers.engine.megatron.engine.MegatronEngine` over ``megatron`` (``key``
-    names that section in errors). ``value_head``: the module is a critic's token classifier."""
+    names that section in errors; its weights in ``megatron.dtype`` on a GPU, ``fsdp.model_dtype`` or
+    fp32 on CPU). ``value_head``: the module is a critic's token classifier."""
+    from verl.workers.engine.fsdp import FSDPEngine, torch_dtype
+
     if strategy == MEGATRON:
         from verl.workers.engine.megatron.engine import MegatronEngine
 
+        dtype = megatron.dtype if device.type == "cuda" else fsdp.model_dtype or "fp32"
         return MegatronEngine(
             module,
             device,
             megatron,
             key,
+            dtype=torch_dtype(dtype),
             optim=optim,
             grad_clip=grad_clip,
             value_head=value_head,
             gradient_checkpointing=gradient_checkpointing,
         )
-    from verl.workers.engine.fsdp import FSDPEngine
-
     return FSDPEngine(
         module, device, fsdp, optim=optim, grad_clip=grad_clip, gradient_checkpointing=gradient_checkpointing
     )

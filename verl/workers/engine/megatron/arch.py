@@ -184,8 +184,8 @@ def transformer_config(
     ``parallel``: more ``TransformerConfig`` fields; ``sequence_parallel`` is turned off (with a
     warning), the local layer spec has none. ``overrides`` (verl's
     ``megatron.override_transformer_config``) apply last; a null value keeps the default, an unknown
-    key is a :class:`ConfigError` naming it. Initialisation is off: :func:`.weights.load_hf_state`
-    overwrites every parameter and checks that none is left out."""
+    key is a :class:`ConfigError` naming it. :func:`.weights.load_hf_state` then overwrites every
+    parameter and checks that none is left out."""
     from megatron.core.transformer import TransformerConfig
 
     fields = dict(
@@ -211,7 +211,8 @@ def transformer_config(
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu_initialization=not torch.cuda.is_available(),
-        perform_initialization=False,
+        # initialisation stays on although load_hf_state overwrites every weight: megatron-core marks the
+        # tensor-parallel weights (what the gradient norm and the optimizer read) only while initialising
         **parallel,
     )
     _apply_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from verl.config.base import ConfigError
@@ -62,38 +61,17 @@ def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class StageModule(nn.Module):
     """This rank's pipeline stage, called like a transformers causal LM (see the module doc)."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        last_stage: bool,
-        vocab_parallel_group,
-        multiple: int,
-        padding: torch.Tensor | None,
-    ) -> None:
+    def __init__(self, model: nn.Module, last_stage: bool, vocab_parallel_group) -> None:
         super().__init__()
-        self.padding = padding
-        """This rank's logit columns that are vocabulary padding (None: none): masked out."""
         self.model = model
         self.last_stage = last_stage
         self.vocab_parallel_group = vocab_parallel_group
         """The group the logits' vocabulary is split over (None: one rank holds all of it)."""
-        self.multiple = multiple
-        """Sequence parallelism splits the sequence over the tensor-parallel ranks: its length must be
-        a multiple of their number. Pads appended at the end change no earlier output (causal)."""
 
     def forward(self, input_ids, attention_mask, position_ids, use_cache=False, logits_to_keep=0):
-        length = input_ids.shape[1]
-        extra = -length % self.multiple
-        if extra:
-            input_ids, attention_mask, position_ids = (
-                F.pad(t, (0, extra)) for t in (input_ids, attention_mask, position_ids)
-            )
         out = self.model(input_ids, position_ids, causal_padding_mask(attention_mask))
         if not self.last_stage:
             raise StageOutput(out)
-        out = out[:, :length]
-        if self.padding is not None:  # a large finite value: exp gives 0, and 0 x it stays 0 in the entropy
-            out = out.masked_fill(self.padding.to(out.device), -1e9)
         return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
 
 
@@ -151,19 +129,6 @@ def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
     tensor_parallel.model_parallel_cuda_manual_seed(megatron.seed)
 
 
-def sequence_parallel(megatron: MegatronConfig, key: str) -> bool:
-    """Whether activations are split over the tensor-parallel ranks. megatron-core's local layer spec
-    (the one without Transformer Engine, which this engine builds) has no norm that supports it: the
-    setting is turned off with a warning (the values are the same; activations take more memory)."""
-    if megatron.sequence_parallel and megatron.tensor_model_parallel_size > 1:
-        logger.warning(
-            "%s.sequence_parallel=True: megatron-core's local layer spec (no Transformer Engine) has no "
-            "sequence-parallel norm; running without sequence parallelism (same values, more activation memory)",
-            key,
-        )
-    return False
-
-
 class MegatronEngine(TrainEngine):
     """Train or run one HF model as megatron-core shards; ``optim=None``: inference only."""
 
@@ -173,31 +138,33 @@ class MegatronEngine(TrainEngine):
         device: torch.device,
         megatron: MegatronConfig,
         key: str,
+        dtype: torch.dtype = torch.float32,
         optim: OptimConfig | None = None,
         grad_clip: float = 1.0,
         value_head: bool = False,
         gradient_checkpointing: bool = False,
     ) -> None:
         from megatron.core import parallel_state as ps
-        from verl.workers.engine.megatron.convert import build_model, check_parallel, transformer_config
-        from verl.workers.engine.megatron.hf_weights import load_hf_state
+        from verl.workers.engine.megatron.arch import build_model, check_parallel, transformer_config
+        from verl.workers.engine.megatron.weights import load_hf_state
 
         check_device(device, key)
         ensure_process_group(device)
         init_model_parallel(megatron, key)
-        self.device, self.key, self.lora = device, key, False
+        self.device, self.key, self.lora, self.value_head = device, key, False, value_head
         self.rank = dist.get_rank()
         self.hf_module = hf_module
         tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
         check_parallel(self.hf_config, tp, pp, key=key)
-        self.compute_dtype = next(hf_module.parameters()).dtype
+        self.compute_dtype = dtype
+        """The weights' dtype: bf16/fp16 with fp32 master weights in the optimizer, or fp32."""
         config = transformer_config(
             self.hf_config,
             tp=tp,
             pp=pp,
             dtype=self.compute_dtype,
             overrides=dict(megatron.override_transformer_config or {}),
-            sequence_parallel=sequence_parallel(megatron, key),
+            sequence_parallel=megatron.sequence_parallel and tp > 1,  # the local spec turns it off, saying so
         )
         config.variable_seq_lengths = (
             True  # micro-batches differ in length (dynamic batches, padding dropped)
@@ -230,27 +197,10 @@ class MegatronEngine(TrainEngine):
         self.module = model
         self.lr_step = 0
         self.vocab_group = ps.get_tensor_model_parallel_group() if tp > 1 and not value_head else None
-        self.stage = StageModule(
-            model,
-            self.last_stage,
-            self.vocab_group,
-            tp if config.sequence_parallel else 1,
-            self._padding(value_head),
-        )
+        self.stage = StageModule(model, self.last_stage, self.vocab_group)
         self.rows_group = ps.get_model_parallel_group() if tp * pp > 1 else None
         """Ranks that hold the same rows (one model copy): they gather their shares of a batch."""
         self.replicas = tp * pp
-
-    def _padding(self, value_head: bool) -> torch.Tensor | None:
-        """Which of this rank's logit columns pad the vocabulary to a multiple of the TP size."""
-        from megatron.core import parallel_state as ps
-        from verl.workers.engine.megatron.convert import padded_vocab
-
-        tp = ps.get_tensor_model_parallel_world_size()
-        width = padded_vocab(self.hf_config, tp) // tp
-        ids = torch.arange(width) + ps.get_tensor_model_parallel_rank() * width
-        padding = ids >= self.hf_config.vocab_size
-        return padding if padding.any() and not value_head else None
 
     def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
         from megatron.core.distributed import (
@@ -403,10 +353,15 @@ class MegatronEngine(TrainEngine):
         return self.module.module if self.optimizer is not None else self.module
 
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full HF-named tensors on every rank, gathered one at a time over TP and PP."""
-        from verl.workers.engine.megatron.hf_weights import export_hf_state
+        """Full HF-named tensors on every rank, gathered one at a time over TP and PP (the names of
+        the HF module's state dict: a tied ``lm_head.weight`` too)."""
+        from verl.workers.engine.megatron.weights import export_hf_state
 
-        yield from export_hf_state(self._bare_model(), self.hf_config)
+        tied = self.hf_config.tie_word_embeddings and not self.value_head
+        for name, tensor in export_hf_state(self._bare_model(), self.hf_config, value_head=self.value_head):
+            yield name, tensor
+            if tied and name == "model.embed_tokens.weight":  # transformers' state dict lists both
+                yield "lm_head.weight", tensor
 
     def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
         return {name: tensor.cpu() for name, tensor in self.full_state_dict()}
