@@ -51,7 +51,7 @@ def ray_session():
                     "PYTHONPATH": pythonpath,
                     "TOKENIZERS_PARALLELISM": "false",
                     "VERL_CACHE_DIR": os.environ["VERL_CACHE_DIR"],
-                }
+                },
             },
         )
     yield ray

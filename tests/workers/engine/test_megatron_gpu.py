@@ -24,9 +24,8 @@ def _run(engine, value_head: bool) -> dict:
 
 
 def _engines(value_head: bool, dtype: torch.dtype):
-    from verl.config.megatron import MegatronConfig
-
     from verl.config.engine import FSDPConfig
+    from verl.config.megatron import MegatronConfig
     from verl.workers.engine.fsdp import FSDPEngine
     from verl.workers.engine.megatron.engine import MegatronEngine, ensure_process_group
 
