@@ -273,7 +273,9 @@ def build_model(
     )
     if post_process and value_head:
         bias = bool(getattr(hf_config, "token_classification_bias", True))  # transformers' default: a bias
-        model.output_layer = ValueHead(hf_config.hidden_size, bias)
+        model.output_layer = ValueHead(hf_config.hidden_size, bias).to(
+            config.params_dtype
+        )  # as the trunk (bf16 on a GPU)
     elif post_process and padded != hf_config.vocab_size:
         model.output_layer.register_forward_hook(_mask_padded_vocab(hf_config.vocab_size, padded))
     return model

@@ -368,7 +368,8 @@ class MegatronEngine(TrainEngine):
 
     def parameter_count(self) -> int:
         """Parameters of the whole model (every shard)."""
-        local = torch.tensor(sum(p.numel() for p in self._bare_model().parameters()), dtype=torch.int64)
+        count = sum(p.numel() for p in self._bare_model().parameters())
+        local = torch.tensor(count, dtype=torch.int64, device=self.device)  # nccl reduces device tensors
         from megatron.core import parallel_state as ps
 
         dist.all_reduce(local, group=ps.get_model_parallel_group())
