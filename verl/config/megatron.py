@@ -102,8 +102,9 @@ class MegatronConfig:
     use_megatron_fsdp: bool = False
     """verl: shard the weights with Megatron-FSDP (ZeRO-3). Refused when True: not implemented here."""
     use_remove_padding: bool = True
-    """verl: its Megatron engine's packed (thd) layout instead of padded rows. No effect here: packing
-    follows model.use_remove_padding, as on FSDP."""
+    """verl: its Megatron engine's packed (thd) layout instead of padded rows. No effect here: the
+    Megatron engine runs micro-batches padded whatever model.use_remove_padding says (the local layer
+    spec's attention has no variable-length path; a packed row would cost more attention, not less)."""
     pad_bshd_to_minibatch_max: bool = True
     """verl: pad unpacked rows to the mini-batch's longest. No effect here."""
     pad_to_length: bool = False

@@ -327,7 +327,7 @@ class ActorRolloutRefWorker(Worker):
         max_tokens *= self.sp_size  # a rank holds 1/sp of each micro-batch's tokens
         micro_batches, groups = split_micro_batches(data, POLICY_INPUT_KEYS, micro, dynamic, max_tokens)
         options = self._entropy_options() if entropy else None
-        packed = self.config.model.use_remove_padding
+        packed = self.config.model.use_remove_padding and engine.packs_sequences
         with ulysses.sequence_parallel(self.sp_group):
             outs = engine.infer(
                 micro_batches,
@@ -381,7 +381,7 @@ class ActorRolloutRefWorker(Worker):
         # and the entropy metric that pass would have reported
         on_policy = "old_log_probs" not in data.batch.keys()
         entropy = self._entropy_options() if cfg.entropy_coeff != 0 or on_policy else None
-        packed = self.config.model.use_remove_padding
+        packed = self.config.model.use_remove_padding and self.actor.packs_sequences
 
         gap = GapSums()  # on-policy: the rollout/trainer gap that the old-log-prob pass would report
 

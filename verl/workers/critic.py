@@ -54,6 +54,7 @@ class CriticWorker(Worker):
             gradient_checkpointing=cfg.model.enable_gradient_checkpointing,
             value_head=True,
         )
+        self.packed = cfg.model.use_remove_padding and self.engine.packs_sequences
         self.sp_size = cfg.ulysses_sequence_parallel_size
         self.sp_group = ulysses.build_groups(self.sp_size, "critic.ulysses_sequence_parallel_size")
         # ranks that hold the same rows (a Ulysses group, or Megatron's model-parallel group) shuffle alike
@@ -77,7 +78,7 @@ class CriticWorker(Worker):
         )
         with ulysses.sequence_parallel(self.sp_group):
             outs = self.engine.infer(
-                micro_batches, lambda m, b: {"values": response_values(m, b, cfg.model.use_remove_padding)}
+                micro_batches, lambda m, b: {"values": response_values(m, b, self.packed)}
             )
         values = restore_order([o["values"] for o in outs], groups)
         out = DataProto.from_dict({"values": values * data.batch["response_mask"]})
@@ -89,7 +90,7 @@ class CriticWorker(Worker):
 
         def loss_fn(module, micro):
             loss, metrics = compute_critic_loss(
-                response_values(module, micro, cfg.model.use_remove_padding), micro, cfg
+                response_values(module, micro, self.packed), micro, cfg
             )
             return loss * self.sp_size, metrics  # as the actor's (ActorRolloutRefWorker.update_actor)
 

@@ -39,6 +39,8 @@ class TrainEngine(ABC):
     every rank works on its own rows."""
     replicas = 1
     """The size of :attr:`rows_group`."""
+    packs_sequences = True
+    """Whether ``use_remove_padding`` runs micro-batches packed (else padded: the same values)."""
 
     @abstractmethod
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:

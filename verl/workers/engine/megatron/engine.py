@@ -132,6 +132,11 @@ def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
 class MegatronEngine(TrainEngine):
     """Train or run one HF model as megatron-core shards; ``optim=None``: inference only."""
 
+    packs_sequences = False
+    """The local layer spec's attention has no variable-length path: with ``use_remove_padding`` a
+    packed row would cost (sum of lengths)^2 attention scores instead of rows x length^2, so
+    micro-batches run padded (the same values; the token budgets of dynamic batches still apply)."""
+
     def __init__(
         self,
         hf_module: nn.Module,
