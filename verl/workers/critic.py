@@ -89,9 +89,7 @@ class CriticWorker(Worker):
         cfg = self.config
 
         def loss_fn(module, micro):
-            loss, metrics = compute_critic_loss(
-                response_values(module, micro, self.packed), micro, cfg
-            )
+            loss, metrics = compute_critic_loss(response_values(module, micro, self.packed), micro, cfg)
             return loss * self.sp_size, metrics  # as the actor's (ActorRolloutRefWorker.update_actor)
 
         spec = UpdateSpec(
