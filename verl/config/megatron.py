@@ -301,3 +301,10 @@ def check_megatron_roles(config: Any) -> None:
             "1 with strategy=megatron (Megatron splits activations with megatron.sequence_parallel)",
             sp,
         )
+    if arr.actor.strategy == MEGATRON or arr.ref.strategy == MEGATRON:
+        check(
+            not (arr.model.lora_rank or arr.model.lora_adapter_path),
+            "actor_rollout_ref.model.lora_rank",
+            "0 with strategy=megatron (LoRA is not implemented on the Megatron engine; use strategy=fsdp)",
+            arr.model.lora_rank,
+        )

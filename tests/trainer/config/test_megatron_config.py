@@ -277,3 +277,10 @@ def test_sft_engine_megatron_is_accepted_then_refused_at_start_up():
         load_sft_config(overrides)
     with pytest.raises(ConfigError, match=r"engine\.context_parallel_size"):
         load_sft_config(["engine=megatron", "engine.context_parallel_size=2"])
+
+
+def test_lora_on_megatron_is_refused_naming_the_key():
+    with pytest.raises(
+        ConfigError, match=re.escape("actor_rollout_ref.model.lora_rank: expected 0 with strategy=megatron")
+    ):
+        load_config(["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.lora_rank=8"])
