@@ -123,11 +123,12 @@ def test_rollout_weight_offload_between_generations(worker):
     prompts.meta_info.update(global_steps=1, do_sample=False)
     on_gpu = w.generate_sequences(prompts)
     assert next(w.rollout.module.parameters()).device.type == "cuda"  # default: stays resident
-    w.rollout.config.offload_weights = True
+    # what rollout.offload_weights=True sets when the rollout is built (its lifecycle frees memory)
+    w.rollout.lifecycle.frees_memory = True
     try:
         offloaded = w.generate_sequences(prompts)
         assert next(w.rollout.module.parameters()).device.type == "cpu"
     finally:
-        w.rollout.config.offload_weights = False
+        w.rollout.lifecycle.frees_memory = False
         w.rollout.wake_up()
     assert torch.equal(on_gpu.batch["responses"], offloaded.batch["responses"])
