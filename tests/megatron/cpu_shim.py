@@ -131,3 +131,9 @@ def install_on_import() -> None:
         install()
     elif not any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _InstallOnImport())
+
+
+def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
+    """Ray's ``RAY_RUNTIME_ENV_HOOK`` for a driver the tests start as a subprocess (``python -m
+    verl.trainer.main_ppo``): its ``ray.init`` gets the hook above, as the test session's does."""
+    return {**(runtime_env or {}), "worker_process_setup_hook": f"{__name__}.install_on_import"}

@@ -95,8 +95,8 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def assert_same_stream(actual: dict, expected: dict) -> None:
-    assert sorted(actual) == sorted(expected) == list(range(STEPS + 1))
+def assert_same_stream(actual: dict, expected: dict, steps: int = STEPS) -> None:
+    assert sorted(actual) == sorted(expected) == list(range(steps + 1))
     for step in expected:
         assert actual[step] == expected[step], f"step {step} differs"
 

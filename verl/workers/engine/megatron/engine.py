@@ -403,8 +403,16 @@ class MegatronEngine(TrainEngine):
             state["model"] = self._bare_model().state_dict()
         if "optimizer" in contents and self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
-            if hasattr(self.optimizer, "get_parameter_state_dp_reshardable"):
-                state["optimizer_shards"] = self.optimizer.get_parameter_state_dp_reshardable()
+            # The distributed optimizer's state_dict() leaves out the fp32 main weights and Adam's
+            # moments; each part (megatron wraps it in a ChainedOptimizer) gives its own shard of them.
+            state["optimizer_shards"] = []
+            for part in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+                shards = part.get_parameter_state_dp_reshardable()
+                buffers = [by_dtype for key, by_dtype in shards.items() if isinstance(key, int)]
+                entries = [e for b in buffers for buckets in b.values() for bucket in buckets for e in bucket]
+                for entry in entries:  # what the load expects of each: none is padding
+                    entry["padding"] = False
+                state["optimizer_shards"].append(shards)
         path = self._shard_file(folder)
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
@@ -421,8 +429,15 @@ class MegatronEngine(TrainEngine):
             self._bare_model().load_state_dict(state["model"])
         if "optimizer" in contents and "optimizer" in state and self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
-            if "optimizer_shards" in state:
-                self.optimizer.load_parameter_state_from_dp_reshardable(state["optimizer_shards"])
+            parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+            for part, shards in zip(parts, state.get("optimizer_shards", []), strict=True):
+                with torch.no_grad():  # the fp32 main weights are views of the model's parameters
+                    part.load_parameter_state_from_dp_reshardable(shards)
+                # megatron's load_state_dict hands every parameter one shared Adam 'step' tensor, which
+                # torch's Adam would then advance once per parameter: one each, as before the save
+                for param_state in part.optimizer.state.values():
+                    if "step" in param_state:
+                        param_state["step"] = param_state["step"].clone()
         if "extra" in contents:
             self.lr_step = state["lr_step"]
             if self.optimizer is not None:
