@@ -31,6 +31,8 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
             "checkpoint, e.g. checkpoints/<project>/<experiment>/global_step_N/actor"
         )
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
+        if os.path.isfile(os.path.join(local_dir, "megatron_rank_0.pt")):
+            raise FileNotFoundError(f"{local_dir} holds a Megatron checkpoint: use --backend megatron")
         raise FileNotFoundError(
             f"{local_dir}/.metadata is missing: no sharded model in this folder (was it saved with "
             "checkpoint.save_contents including 'model'?)"

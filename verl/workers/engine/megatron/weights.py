@@ -163,6 +163,31 @@ def _unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(pieces, dim=slot.split)
 
 
+def unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
+    """The full tensor from the slices of tensor-parallel ranks ``0..T-1`` (rank order); a slot
+    kept whole on every rank takes the first. For readers of saved shards (the model merger)."""
+    return pieces[0] if slot.split is None or len(pieces) == 1 else _unshard(slot, pieces)
+
+
+def megatron_to_hf(
+    full: Mapping[str, torch.Tensor], hf_config, value_head: bool = False
+) -> dict[str, torch.Tensor]:
+    """The HF state dict from full megatron tensors named as a one-stage model names them (layers
+    numbered over the whole model, vocabulary padded or not): the names and tensors of the HF
+    module's ``state_dict()``, a tied ``lm_head.weight`` included, as the same tensor as the
+    embedding -- what transformers lists. Raises ``KeyError`` naming the absent megatron tensors."""
+    wanted = [slot for slot in slots(hf_config, value_head) if slot.export]
+    missing = [slot.local_name(0) for slot in wanted if slot.local_name(0) not in full]
+    if missing:
+        raise KeyError(f"megatron tensors absent: {missing}")
+    out: dict[str, torch.Tensor] = {}
+    for slot in wanted:
+        out.update(zip(slot.hf, _to_hf(slot, full[slot.local_name(0)], hf_config)))
+    if hf_config.tie_word_embeddings and not value_head:
+        out[LM_HEAD] = out[EMBED]
+    return out
+
+
 # ---------------------------------------------------------------------------- load
 def _layer_offset(model: nn.Module, pp_rank: int | None = None) -> int:
     from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
