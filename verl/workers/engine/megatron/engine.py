@@ -397,6 +397,12 @@ class MegatronEngine(TrainEngine):
     def _shard_file(self, folder: str) -> str:
         return os.path.join(folder, f"megatron_rank_{self.rank}.pt")
 
+    def _distributed_parts(self) -> list:
+        """The optimizer's distributed parts (``use_distributed_optimizer``): their state lives outside
+        ``state_dict()``; a plain megatron optimizer's does not."""
+        parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        return [part for part in parts if hasattr(part, "get_parameter_state_dp_reshardable")]
+
     def save(self, folder: str, contents: list[str]) -> None:
         state: dict = {"lr_step": self.lr_step, "layout": self.layout()}
         if "model" in contents:
@@ -406,7 +412,7 @@ class MegatronEngine(TrainEngine):
             # The distributed optimizer's state_dict() leaves out the fp32 main weights and Adam's
             # moments; each part (megatron wraps it in a ChainedOptimizer) gives its own shard of them.
             state["optimizer_shards"] = []
-            for part in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+            for part in self._distributed_parts():
                 shards = part.get_parameter_state_dp_reshardable()
                 buffers = [by_dtype for key, by_dtype in shards.items() if isinstance(key, int)]
                 entries = [e for b in buffers for buckets in b.values() for bucket in buckets for e in bucket]
@@ -429,8 +435,9 @@ class MegatronEngine(TrainEngine):
             self._bare_model().load_state_dict(state["model"])
         if "optimizer" in contents and "optimizer" in state and self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
-            parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
-            for part, shards in zip(parts, state.get("optimizer_shards", []), strict=True):
+            for part, shards in zip(
+                self._distributed_parts(), state.get("optimizer_shards", []), strict=True
+            ):
                 with torch.no_grad():  # the fp32 main weights are views of the model's parameters
                     part.load_parameter_state_from_dp_reshardable(shards)
                 # megatron's load_state_dict hands every parameter one shared Adam 'step' tensor, which
