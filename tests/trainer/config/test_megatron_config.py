@@ -1,7 +1,7 @@
 """``strategy=megatron``: verl's megatron keys with verl's defaults, the reference following the
 actor's parallel sizes, clear refusals of what the engine lacks, and the three ways verl selects the
 engine (``strategy``, ``model_engine=megatron``, ``--config-name ppo_megatron_trainer``). Config only:
-these lines are not run here."""
+these lines are not run here (one training step of each: tests/trainer/test_verl_megatron_examples.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # verl's examples/grpo_trainer/run_qwen2-7b_math_megatron.sh, its launch line unchanged but for the
-# model and data paths (MODEL, DATA) and the interpreter (PYTHON). Config only for now: it loads and
-# validates (tests/trainer/config/test_megatron_config.py); it does not yet run a step. Run it with
+# model and data paths (MODEL, DATA) and the interpreter (PYTHON). It loads and validates
+# (tests/trainer/config/test_megatron_config.py), and with the built-in model and data, pipeline 1 on
+# two CPU ranks and the hf rollout it trains a step (tests/trainer/test_verl_megatron_examples.py). Run it with
 #   MODEL=<hf dir> DATA=<dir with gsm8k/ and math/> bash tests/trainer/config/verl_scripts/megatron/grpo_qwen2_7b_math.sh
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen2-7B-Instruct}

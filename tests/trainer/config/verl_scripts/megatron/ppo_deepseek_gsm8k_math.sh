@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # verl's examples/ppo_trainer/run_deepseek_math_gsm8k_megatron.sh (PPO with a Megatron critic), its
 # launch line unchanged but for the model and data paths (MODEL, DATA) and the interpreter (PYTHON).
-# Config only for now: it loads and validates (tests/trainer/config/test_megatron_config.py); it
-# does not yet run a step. Run it with
+# It loads and validates (tests/trainer/config/test_megatron_config.py), and with the built-in model
+# and data, pipeline 1 on two CPU ranks and the hf rollout it trains a step, critic included
+# (tests/trainer/test_verl_megatron_examples.py). Run it with
 #   MODEL=<hf dir> DATA=<dir with gsm8k/ and math/> bash tests/trainer/config/verl_scripts/megatron/ppo_deepseek_gsm8k_math.sh
 set -euo pipefail
 MODEL=${MODEL:-deepseek-ai/deepseek-llm-7b-chat}
