@@ -17,39 +17,16 @@ import torch
 
 pytest.importorskip("megatron.core")
 
+import tests.workers.engine.test_megatron_engine as engine_tests
 from tests.megatron.ranks import run_ranks
 
-VOCAB, TP, PP = 95, 2, 2
-
-
-def tiny_config(value_head: bool):
-    from transformers import Qwen2Config
-
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=not value_head,
-        num_labels=1,
-        classifier_dropout=0.0,
-    )
-    config.token_classification_bias = False
-    return config
+TP, PP = 2, 2
+VOCAB = engine_tests.VOCAB
 
 
 def build_hf(value_head: bool, state=None):
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
-
-    torch.manual_seed(0)
-    cls = AutoModelForTokenClassification if value_head else AutoModelForCausalLM
-    module = cls.from_config(tiny_config(value_head), attn_implementation="eager").float()
-    if state is not None:
-        module.load_state_dict(state)
-    return module
+    """The engine tests' tiny Qwen2 (tied, vocabulary 95 so that TP pads it) or its critic."""
+    return engine_tests.build_hf(engine_tests.tiny_config(value_head), value_head, state)
 
 
 def micro_batches() -> list[dict[str, torch.Tensor]]:
