@@ -105,6 +105,10 @@ def ensure_process_group(device: torch.device) -> None:
     )
 
 
+_GROUPS_OF = None
+"""The process group megatron-core's groups were made in (a run in a reused process makes a new one)."""
+
+
 def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
     """megatron-core's groups for this process (once; colocated roles must agree on the sizes)."""
     from megatron.core import parallel_state as ps
@@ -117,6 +121,9 @@ def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
             f"{key}: tensor_model_parallel_size x pipeline_model_parallel_size = {tp} x {pp} must divide "
             f"the role's {world} ranks"
         )
+    global _GROUPS_OF
+    if ps.model_parallel_is_initialized() and _GROUPS_OF is not dist.group.WORLD:
+        ps.destroy_model_parallel()  # groups of an earlier run's process group (a reused worker process)
     if ps.model_parallel_is_initialized():
         have = (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size())
         if have != (tp, pp):
@@ -126,6 +133,7 @@ def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
             )
         return
     ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    _GROUPS_OF = dist.group.WORLD
     tensor_parallel.model_parallel_cuda_manual_seed(megatron.seed)
 
 
