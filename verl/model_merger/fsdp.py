@@ -19,10 +19,8 @@ from verl.workers.engine.lora import ADAPTER_DIR, adapter_items, is_trained
 HF_SUBDIR = "huggingface"
 
 
-def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32") -> str:
-    """Write ``target_dir`` (config, tokenizer, ``model.safetensors``); returns its path."""
-    from transformers import AutoConfig, AutoTokenizer
-
+def checkpoint_folders(local_dir: str) -> tuple[str, str]:
+    """``(local_dir, its huggingface/ folder)`` as absolute paths; an error unless the latter holds a config."""
     local_dir = os.path.abspath(os.path.expanduser(local_dir))
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
@@ -30,6 +28,22 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
             f"{hf_dir}/config.json is missing: --local_dir must be the actor (or critic; model for SFT) folder of a "
             "checkpoint, e.g. checkpoints/<project>/<experiment>/global_step_N/actor"
         )
+    return local_dir, hf_dir
+
+
+def export_dtype(dtype: str) -> torch.dtype:
+    """``--dtype`` as a torch dtype; an error naming the value otherwise."""
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {dtype!r}")
+    return torch_dtype
+
+
+def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32") -> str:
+    """Write ``target_dir`` (config, tokenizer, ``model.safetensors``); returns its path."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    local_dir, hf_dir = checkpoint_folders(local_dir)
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
         if os.path.isfile(os.path.join(local_dir, "megatron_rank_0.pt")):
             raise FileNotFoundError(f"{local_dir} holds a Megatron checkpoint: use --backend megatron")
@@ -37,9 +51,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
             f"{local_dir}/.metadata is missing: no sharded model in this folder (was it saved with "
             "checkpoint.save_contents including 'model'?)"
         )
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {dtype!r}")
+    torch_dtype = export_dtype(dtype)
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     adapter_dir = os.path.join(hf_dir, ADAPTER_DIR)
     if os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):

@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from verl.model_merger.fsdp import HF_SUBDIR, _auto_class
+from verl.model_merger.fsdp import _auto_class, checkpoint_folders, export_dtype
 from verl.utils.checkpoint_io import read_error
 from verl.utils.model import save_hf_files
 
@@ -32,16 +32,8 @@ def merge_megatron_checkpoint(local_dir: str, target_dir: str, dtype: str = "flo
 
     from verl.workers.engine.megatron.weights import megatron_to_hf
 
-    local_dir = os.path.abspath(os.path.expanduser(local_dir))
-    hf_dir = os.path.join(local_dir, HF_SUBDIR)
-    if not os.path.isfile(os.path.join(hf_dir, "config.json")):
-        raise FileNotFoundError(
-            f"{hf_dir}/config.json is missing: --local_dir must be the actor (or critic) folder of a "
-            "checkpoint, e.g. checkpoints/<project>/<experiment>/global_step_N/actor"
-        )
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {dtype!r}")
+    local_dir, hf_dir = checkpoint_folders(local_dir)
+    torch_dtype = export_dtype(dtype)
     config = AutoConfig.from_pretrained(hf_dir)
     shards = read_shards(local_dir)
     value_head = _value_head(config, shards)

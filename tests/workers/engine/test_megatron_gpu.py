@@ -27,7 +27,8 @@ def _engines(value_head: bool, dtype: torch.dtype):
     from verl.config.engine import FSDPConfig
     from verl.config.megatron import MegatronConfig
     from verl.workers.engine.fsdp import FSDPEngine
-    from verl.workers.engine.megatron.engine import MegatronEngine, ensure_process_group
+    from verl.workers.engine.megatron.engine import MegatronEngine
+    from verl.workers.engine.megatron.groups import ensure_process_group
 
     ensure_process_group(torch.device("cuda"))  # FSDP2 and megatron-core share one group of one rank
     config = tiny_config(value_head)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -30,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from verl.config.base import ConfigError
 from verl.config.engine import OptimConfig
 from verl.utils.checkpoint_io import torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
+from verl.workers.engine.megatron.groups import check_device, ensure_process_group, init_model_parallel
 from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
@@ -73,68 +72,6 @@ class StageModule(nn.Module):
         if not self.last_stage:
             raise StageOutput(out)
         return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
-
-
-def check_device(device: torch.device, key: str) -> None:
-    """megatron-core 0.16 calls CUDA unconditionally in a few places (rotary tables, pipeline
-    buffers, the optimizer): without a GPU it cannot run as it is. The tests run it on CPU behind a
-    shim of their own (tests/megatron/cpu_shim.py), which answers ``torch.cuda.current_device()``."""
-    if device.type == "cuda":
-        return
-    try:
-        torch.cuda.current_device()
-    except (AssertionError, RuntimeError) as error:
-        raise ConfigError(
-            f"{key}: the Megatron engine needs a CUDA GPU (megatron-core calls CUDA even for CPU tensors: "
-            f"{error}); on CPU use strategy=fsdp"
-        ) from None
-
-
-def ensure_process_group(device: torch.device) -> None:
-    """megatron-core needs ``torch.distributed`` even on one rank (the worker starts none there)."""
-    if dist.is_initialized():
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=0,
-        world_size=1,
-    )
-
-
-_GROUPS_OF = None
-"""The process group megatron-core's groups were made in (a run in a reused process makes a new one)."""
-
-
-def init_model_parallel(megatron: MegatronConfig, key: str) -> None:
-    """megatron-core's groups for this process (once; colocated roles must agree on the sizes)."""
-    from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
-
-    tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
-    world = dist.get_world_size()
-    if world % (tp * pp):
-        raise ValueError(
-            f"{key}: tensor_model_parallel_size x pipeline_model_parallel_size = {tp} x {pp} must divide "
-            f"the role's {world} ranks"
-        )
-    global _GROUPS_OF
-    if ps.model_parallel_is_initialized() and _GROUPS_OF is not dist.group.WORLD:
-        ps.destroy_model_parallel()  # groups of an earlier run's process group (a reused worker process)
-    if ps.model_parallel_is_initialized():
-        have = (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size())
-        if have != (tp, pp):
-            raise ValueError(
-                f"{key}: (tensor, pipeline) parallel sizes {(tp, pp)} differ from {have} of a role in the "
-                "same processes; colocated roles share one layout"
-            )
-        return
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
-    _GROUPS_OF = dist.group.WORLD
-    tensor_parallel.model_parallel_cuda_manual_seed(megatron.seed)
 
 
 class MegatronEngine(TrainEngine):
