@@ -12,10 +12,9 @@ keeps a strict answer format.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from verl.utils.dataset.schema import make_row, write_splits
+from verl.utils.dataset.schema import generated_splits_main, make_row
 
 DATA_SOURCE = "reasoning_gym/basic_arithmetic"
 INSTRUCTION = "Give only the final answer."
@@ -50,24 +49,7 @@ def make_rows(size: int, seed: int, split: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Path]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--local_dir", default="~/data/basic_arithmetic", help="folder to write train/test.parquet to"
-    )
-    parser.add_argument("--train_size", type=int, default=5000, help="training problems")
-    parser.add_argument("--test_size", type=int, default=128, help="test problems")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the training split (test uses seed + 1)")
-    args = parser.parse_args(argv)
-    rows = {
-        "train": make_rows(args.train_size, args.seed, "train"),
-        "test": make_rows(args.test_size, args.seed + 1, "test"),
-    }
-    paths = write_splits(rows, args.local_dir)
-    for split, path in paths.items():
-        print(f"wrote {len(rows[split])} {split} rows to {path}")
-    return paths
+    return generated_splits_main(argv, __doc__, "~/data/basic_arithmetic", 128, make_rows)
 
 
 if __name__ == "__main__":

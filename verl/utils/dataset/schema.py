@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +194,34 @@ def write_splits(splits: Mapping[str, list[dict[str, Any]]], local_dir: str | os
             raise DatasetError(f"split {split!r} has no rows; nothing to write to {local_dir}")
         out[split] = write_parquet(rows, Path(local_dir).expanduser() / f"{split}.parquet")
     return out
+
+
+def generated_splits_main(
+    argv: list[str] | None,
+    description: str,
+    local_dir: str,
+    test_size: int,
+    make_rows: Callable[[int, int, str], list[dict[str, Any]]],
+) -> dict[str, Path]:
+    """The command line of a preprocessing script whose problems are generated from a seed:
+    ``--local_dir``, ``--train_size``, ``--test_size``, ``--seed``; ``make_rows(size, seed, split)``
+    builds a split (the test split from ``seed + 1``: a problem stream of its own). Writes both
+    splits and returns their paths."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--local_dir", default=local_dir, help="folder to write train/test.parquet to")
+    parser.add_argument("--train_size", type=int, default=5000, help="training problems")
+    parser.add_argument("--test_size", type=int, default=test_size, help="test problems")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the training split (test uses seed + 1)")
+    args = parser.parse_args(argv)
+    rows = {
+        "train": make_rows(args.train_size, args.seed, "train"),
+        "test": make_rows(args.test_size, args.seed + 1, "test"),
+    }
+    paths = write_splits(rows, args.local_dir)
+    for split, path in paths.items():
+        print(f"wrote {len(rows[split])} {split} rows to {path}")
+    return paths
