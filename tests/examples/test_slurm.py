@@ -12,8 +12,10 @@ from verl.config.ppo_trainer import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "slurm" / "ray_on_slurm.sbatch"
-# srun logs each call's arguments (one call per line, NUL-separated) instead of running them
-FAKE_SRUN = '#!/usr/bin/env bash\nprintf "%s\\0" "$@" >> "$SRUN_LOG"; printf "\\n" >> "$SRUN_LOG"\n'
+# srun logs each call's arguments (one call per line, separated by the unit separator \x1f)
+# instead of running them. The line is built first and appended with one write: the script runs
+# several sruns in the background, and two appends per call could interleave with another call's.
+FAKE_SRUN = '#!/usr/bin/env bash\nline=$(printf "%s\\037" "$@")\nprintf "%s\\n" "$line" >> "$SRUN_LOG"\n'
 FAKE_SCONTROL = '#!/usr/bin/env bash\nprintf "node-a\\nnode-b\\nnode-c\\n"\n'
 
 
@@ -36,7 +38,7 @@ def test_the_sbatch_script_starts_ray_on_every_node_and_runs_a_valid_config(tmp_
         "PYTHON": "python",
     }
     subprocess.run(["bash", str(SCRIPT), "trainer.total_epochs=1"], env=env, check=True, timeout=60)
-    calls = [line.split("\0")[:-1] for line in log.read_text().splitlines() if line]
+    calls = [line.split("\x1f")[:-1] for line in log.read_text().splitlines() if line]
     starts = {c[c.index("-w") + 1]: c for c in calls if "start" in c}  # started in the background
     assert sorted(starts) == ["node-a", "node-b", "node-c"]
     assert "--head" in starts["node-a"]
