@@ -126,7 +126,7 @@ def fsdp_reference(value_head: bool) -> dict:
     return {"state": state, **run_engine(engine, value_head)}
 
 
-def megatron_rank(rank, world, tp, pp, value_head, state, distributed_optimizer):
+def megatron_engine(tp, pp, distributed_optimizer, value_head, state):
     from verl.config.megatron import MegatronConfig
     from verl.workers.engine.megatron.engine import MegatronEngine
 
@@ -136,10 +136,24 @@ def megatron_rank(rank, world, tp, pp, value_head, state, distributed_optimizer)
         pipeline_model_parallel_size=pp,
         use_distributed_optimizer=distributed_optimizer,
     )
-    engine = MegatronEngine(
+    return MegatronEngine(
         module, torch.device("cpu"), megatron, "test.megatron", optim=optim_config(), value_head=value_head
     )
-    return run_engine(engine, value_head)
+
+
+def megatron_rank(rank, world, tp, pp, distributed_optimizer, states, resume_folder):
+    """The actor's and the critic's run in one set of processes (one spawn per layout), and where
+    asked, the resume check on the same layout."""
+    out = {}
+    for value_head, state in states.items():
+        out[value_head] = run_engine(
+            megatron_engine(tp, pp, distributed_optimizer, value_head, state), value_head
+        )
+    if resume_folder is not None:
+        out["resume"] = resume(
+            resume_folder, lambda: megatron_engine(tp, pp, distributed_optimizer, False, states[False])
+        )
+    return out
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -151,15 +165,31 @@ def references():
     return {value_head: fsdp_reference(value_head) for value_head in (False, True)}
 
 
-@pytest.mark.parametrize(
-    "tp,pp,distributed_optimizer",
-    [(2, 1, True), (1, 2, False), (2, 2, True)],
-    ids=["tp2", "pp2", "tp2xpp2"],
-)
+# (tensor, pipeline, distributed optimizer); the saved-engine resume runs on pp2 (plain optimizer)
+LAYOUTS = {"tp2": (2, 1, True), "pp2": (1, 2, False), "tp2xpp2": (2, 2, True)}
+
+
+@pytest.fixture(scope="module")
+def megatron_runs(references, tmp_path_factory):
+    """Each layout's ranks, run once for every test that reads them."""
+    runs = {}
+
+    def get(layout: str) -> list[dict]:
+        if layout not in runs:
+            tp, pp, distributed = LAYOUTS[layout]
+            states = {value_head: ref["state"] for value_head, ref in references.items()}
+            folder = str(tmp_path_factory.mktemp("resume")) if layout == "pp2" else None
+            runs[layout] = run_ranks(megatron_rank, tp * pp, tp, pp, distributed, states, folder)
+        return runs[layout]
+
+    return get
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("value_head", [False, True], ids=["actor", "critic"])
-def test_megatron_equals_fsdp(references, tp, pp, distributed_optimizer, value_head):
+def test_megatron_equals_fsdp(references, megatron_runs, layout, value_head):
     ref = references[value_head]
-    results = run_ranks(megatron_rank, tp * pp, tp, pp, value_head, ref["state"], distributed_optimizer)
+    results = [got[value_head] for got in megatron_runs(layout)]
     masks = [micro["response_mask"] for micro in batch()]  # what pads predict is read by no one
     for rank, got in enumerate(results):  # every rank returns the whole model-parallel group's rows
         for want, have, mask in zip(ref["outs"], got["outs"], masks):
@@ -181,16 +211,8 @@ def test_megatron_equals_fsdp(references, tp, pp, distributed_optimizer, value_h
     assert moved > 1e-4
 
 
-def resume_rank(rank, world, folder, state):
+def resume(folder, engine):
     """Train a step, save, train another; a fresh engine loads the save and trains the same step."""
-    from verl.config.megatron import MegatronConfig
-    from verl.workers.engine.megatron.engine import MegatronEngine
-
-    def engine():
-        megatron = MegatronConfig(pipeline_model_parallel_size=2, use_distributed_optimizer=False)
-        module = build_hf(tiny_config(False), False, state)
-        return MegatronEngine(module, torch.device("cpu"), megatron, "test.megatron", optim=optim_config())
-
     first, micros = engine(), batch()
     first.train_step(micros, actor_loss, [0.6, 0.4])
     first.lr_scheduler_step()
@@ -203,8 +225,9 @@ def resume_rank(rank, world, folder, state):
     return want, have, same
 
 
-def test_a_saved_engine_resumes_bit_for_bit(references, tmp_path):
+def test_a_saved_engine_resumes_bit_for_bit(megatron_runs):
     """Pipeline parallel with megatron's plain (not distributed) optimizer; the distributed one is
     resumed by tests/trainer/test_megatron_resume.py."""
-    for want, have, same in run_ranks(resume_rank, 2, str(tmp_path), references[False]["state"]):
+    for got in megatron_runs("pp2"):
+        want, have, same = got["resume"]
         assert want == have and same
