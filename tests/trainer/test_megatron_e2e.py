@@ -12,18 +12,19 @@ pytest.importorskip("megatron.core")
 
 from tests.example_scripts import REPO, script_command
 from tests.trainer.fit import fit_trainer
+from tests.trainer.test_learning import ACC, MIN_GAIN, STEPS, TEST_FREQ, best_gain
 from tests.trainer.test_vllm_learning import needs_vllm
 from verl.config.ppo_trainer import load_config
 
 VLLM_SCRIPT = REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_vllm.sh"
-ACC = "val-core/arith/acc/mean@1"
-STEPS = 100
-MIN_GAIN = 0.3  # FSDP: 0.315 -> 0.775 in 150 steps; Megatron TP=2: 0.890 at 100, 0.915 at 150
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeypatch):
+    """Judged as each family's FSDP run in tests/trainer/test_learning.py: 32 steps, the best
+    validation of the second half against the first. Measured here: 0.315 -> 0.67 at step 32
+    (and 0.890 at 100, 0.915 at 150 in longer runs)."""
     monkeypatch.chdir(tmp_path)
     config = load_config(
         [
@@ -32,7 +33,8 @@ def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeyp
             "trainer.n_gpus_per_node=2",
             "trainer.cpus_per_worker=1",
             f"trainer.total_training_steps={STEPS}",
-            f"trainer.test_freq={STEPS}",
+            f"trainer.test_freq={TEST_FREQ}",
+            "data.val_max_samples=200",
             "trainer.save_freq=-1",
             "trainer.logger=[console,file]",
             "trainer.project_name=megatron",
@@ -40,9 +42,9 @@ def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeyp
         ]
     )
     trainer = fit_trainer(config)
-    (_, first), (_, last) = trainer.validator.history[0], trainer.validator.history[-1]
-    print(f"megatron tp2 run: {first[ACC]:.3f} -> {last[ACC]:.3f}")
-    assert last[ACC] >= first[ACC] + MIN_GAIN, (first[ACC], last[ACC])
+    history = [(step, metrics[ACC]) for step, metrics in trainer.validator.history]
+    print(f"megatron tp2 run: {history}")
+    assert best_gain(history) >= MIN_GAIN, history
     rows = [json.loads(line) for line in (tmp_path / "logs/megatron/tp2/metrics.jsonl").open()]
     gaps = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
     assert gaps and max(gaps) < 1e-3  # fp32 on both sides: the trainer's weights are the engine's
