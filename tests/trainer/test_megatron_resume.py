@@ -1,63 +1,54 @@
-"""Crash and resume with the Megatron engine (tensor parallel 2 on 2 ranks): ``main_ppo`` in a
-subprocess, SIGKILLed (its whole process group) after step 3 with the step-2 checkpoint committed,
-then started again. Every step's metrics (losses, gradient norms, rewards, validation) equal the
-uninterrupted run's bit for bit, as for FSDP (tests/trainer/test_resume.py, whose helpers run both).
+"""Resume with the Megatron engine (tensor parallel 2 on 2 ranks, megatron's distributed optimizer):
+a run of 4 steps saves at step 2; a second run resumes from that checkpoint, and its steps 3 and 4
+(losses, gradient norms, rewards, validation) equal the first run's bit for bit.
 
-The subprocess's Ray workers get the test-only megatron-core CPU shim through Ray's
-``RAY_RUNTIME_ENV_HOOK``, as the test session's workers get it from tests/conftest.py.
-"""
+Both runs are trainings in the test process (the session's Ray workers carry the test-only
+megatron-core CPU shim). That a run SIGKILLed at any step, or while saving, resumes to the
+uninterrupted stream is the trainer's business, not the engine's: tests/trainer/test_resume.py kills
+real ``main_ppo`` processes for it."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 pytest.importorskip("megatron.core")
 
-from tests.trainer.test_resume import (
-    assert_same_stream,
-    finish,
-    kill_group,
-    logged_steps,
-    metric_stream,
-    start,
-)
+from tests.trainer.fit import fit_trainer
+from tests.trainer.test_resume import RUN, metric_stream
+from verl.config.ppo_trainer import load_config
 from verl.trainer.ppo import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 
-STEPS = 4  # saved at 2 (trainer.save_freq=2 in test_resume.RUN), killed after 3
+STEPS = 4  # saved at 2 and 4 (trainer.save_freq=2 in test_resume.RUN)
 MEGATRON = [
-    f"trainer.total_training_steps={STEPS}",  # later than test_resume.RUN's: this one wins
+    *RUN,
+    f"trainer.total_training_steps={STEPS}",  # later than RUN's: this one wins
     "actor_rollout_ref.actor.strategy=megatron",
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
 ]
-SHIM = {"RAY_RUNTIME_ENV_HOOK": "tests.megatron.cpu_shim.ray_runtime_env_hook"}
 
 
-def test_a_megatron_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_stream(tmp_path):
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    runs = [start(reference, MEGATRON, env=SHIM), start(killed, MEGATRON, env=SHIM)]
-    deadline = time.monotonic() + 300
-    while logged_steps(killed) < 3 and runs[1].poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert runs[1].poll() is None, finish(runs[1])[1][-3000:]
-    kill_group(runs[1])
-    code, out = finish(runs[0])
-    assert code == 0, out[-3000:]
-    root = killed / "checkpoints" / "resume" / "run"
-    assert ckpt.read_pointer(str(root)) == 2
-    assert sorted(p.name for p in (root / "global_step_2" / "actor").glob("megatron_rank_*.pt")) == [
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_megatron_run_resumed_from_a_checkpoint_continues_the_uninterrupted_stream(tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    monkeypatch.chdir(first)
+    fit_trainer(load_config(MEGATRON))
+    saved = first / "checkpoints" / "resume" / "run"
+    assert ckpt.read_pointer(str(saved)) == STEPS
+    assert sorted(p.name for p in (saved / "global_step_2" / "actor").glob("megatron_rank_*.pt")) == [
         "megatron_rank_0.pt",
         "megatron_rank_1.pt",
     ]
 
-    code, out = finish(start(killed, MEGATRON, env=SHIM))
-    assert code == 0, out[-3000:]
-    assert "global_step_2 (step 2)" in out
+    monkeypatch.chdir(second)
+    resume = ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved / 'global_step_2'}"]
+    fit_trainer(load_config([*MEGATRON, *resume]))
 
-    expected = metric_stream(reference)
+    expected, resumed = metric_stream(first), metric_stream(second)
     for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean"):
         assert all(key in expected[step] for step in range(1, STEPS + 1)), (key, sorted(expected[1]))
-    assert_same_stream(metric_stream(killed), expected, steps=STEPS)
+    assert sorted(resumed) == [3, 4], sorted(resumed)
+    for step in resumed:
+        assert resumed[step] == expected[step], f"step {step} differs"
