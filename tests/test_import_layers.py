@@ -43,6 +43,7 @@ LAYERS = {
     "verl.trainer.sft_trainer": "entry",
     "verl.trainer.rm_trainer": "entry",
     "verl.trainer.fsdp_sft_trainer": "entry",
+    "verl.experimental.one_step_off_policy.main_ppo": "entry",
     "verl.doctor": "entry",
 }
 """Module prefix -> layer; a module belongs to the layer of its longest matching prefix."""

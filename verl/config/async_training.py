@@ -1,10 +1,21 @@
-"""The ``async_training`` section: the asynchronous off-policy trainer (``trainer.mode=async``)."""
+"""The ``async_training`` section: the asynchronous off-policy trainer (``trainer.mode=async``), and
+the top-level ``rollout`` section of verl's asynchronous entry points (the rollout's own pool)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 
 WEIGHT_TRANSPORTS = ("object_store", "filesystem")
 
@@ -43,3 +54,67 @@ class AsyncTrainingConfig:
             "a directory when weight_transport=filesystem",
             self.weight_dir,
         )
+
+
+@dataclass
+class RolloutPoolConfig:
+    """verl's ``rollout.*`` of its one-step-off and fully-async configs: the devices the rollout gets
+    beside the trainer's ``trainer.nnodes x trainer.n_gpus_per_node``. Read with trainer.mode=async only
+    (``python -m verl.experimental.one_step_off_policy.main_ppo`` sets it); null leaves
+    async_training.rollout_n_gpus in charge."""
+
+    nnodes: int | None = ranged(None, at_least(1))
+    """Nodes of the rollout pool; here it spans the trainer's nodes, so it must equal trainer.nnodes."""
+    n_gpus_per_node: int | None = ranged(None, at_least(1))
+    """Rollout processes (devices) per node; becomes async_training.rollout_n_gpus."""
+
+    def validate(self, path: str) -> None:
+        check_ranges(self, path)
+
+
+ROLLOUT_POOL_KEYS = ("rollout.nnodes", "rollout.n_gpus_per_node")
+
+
+def convert_rollout_pool(config: Any) -> list[str]:
+    """``rollout.n_gpus_per_node`` -> ``async_training.rollout_n_gpus`` (in place), after checking that
+    the run is asynchronous, that ``rollout.nnodes`` is the trainer's and that the two spellings of the
+    pool size agree; returns the notes for the start-up log."""
+    pool, async_cfg, trainer = config.rollout, config.async_training, config.trainer
+    pool.validate("rollout")  # before its values move
+    for key in ROLLOUT_POOL_KEYS:
+        value = getattr(pool, key.split(".")[1])
+        check(
+            value is None or trainer.mode == "async",
+            key,
+            "null with trainer.mode=sync (a rollout on devices of its own is the asynchronous trainer's: "
+            "trainer.mode=async, or python -m verl.experimental.one_step_off_policy.main_ppo)",
+            value,
+        )
+    check(
+        pool.nnodes in (None, trainer.nnodes),
+        "rollout.nnodes",
+        f"trainer.nnodes ({trainer.nnodes}): the rollout pool takes rollout.n_gpus_per_node devices on each "
+        "of the trainer's nodes",
+        pool.nnodes,
+    )
+    if pool.n_gpus_per_node is None or pool.n_gpus_per_node == async_cfg.rollout_n_gpus:
+        return []
+    if async_cfg.rollout_n_gpus != AsyncTrainingConfig.rollout_n_gpus:
+        raise ConfigError(
+            f"rollout.n_gpus_per_node: {pool.n_gpus_per_node} disagrees with async_training.rollout_n_gpus="
+            f"{async_cfg.rollout_n_gpus}; they are two spellings of one size, set one"
+        )
+    async_cfg.rollout_n_gpus = pool.n_gpus_per_node
+    return [f"rollout.n_gpus_per_node={pool.n_gpus_per_node} -> async_training.rollout_n_gpus"]
+
+
+def check_hybrid_engine(config: Any) -> None:
+    """``actor_rollout_ref.hybrid_engine=False`` (the rollout on devices of its own) is what the
+    asynchronous trainer does; the synchronous one colocates actor, rollout and reference."""
+    check(
+        config.actor_rollout_ref.hybrid_engine or config.trainer.mode == "async",
+        "actor_rollout_ref.hybrid_engine",
+        "True with trainer.mode=sync (it colocates actor, rollout and reference); for a rollout on its own "
+        "devices use trainer.mode=async or python -m verl.experimental.one_step_off_policy.main_ppo",
+        False,
+    )

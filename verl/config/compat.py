@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.config.async_training import convert_rollout_pool
 from verl.config.base import ConfigError, check
 from verl.config.keypaths import get_key, is_schema_key, set_key
 from verl.config.verl_extras import route_override
@@ -81,6 +82,8 @@ CONVERTED_KEYS: dict[str, str] = {
     **{alias: target for alias, (target, _, _) in OPTIM_ALIASES.items()},
     "reward.custom_reward_function.reward_kwargs": "custom_reward_function.reward_kwargs (merged)",
     "reward.reward_kwargs": "reward_model.reward_kwargs (merged)",
+    "rollout.n_gpus_per_node": "async_training.rollout_n_gpus",
+    "rollout.nnodes": "checked equal to trainer.nnodes (the rollout pool spans the trainer's nodes)",
 }
 
 _REGISTER_ONLY = (
@@ -93,11 +96,6 @@ _NO_SP = (
 )
 # key -> (the one accepted value, why / what to use instead)
 REFUSED_KEYS: dict[str, tuple[Any, str]] = {
-    "actor_rollout_ref.hybrid_engine": (
-        True,
-        "the synchronous trainer colocates actor, rollout and reference; for a rollout on its own "
-        "devices use trainer.mode=async",
-    ),
     "actor_rollout_ref.rollout.server.url": (
         None,
         "an external rollout server is not wired yet; actor_rollout_ref.rollout.mode=async starts a server "
@@ -190,6 +188,7 @@ def convert_verl_keys(config: Any) -> list[str]:
     notes += _convert_reward_aliases(config)
     notes += _convert_reward_kwargs(config)
     notes += _convert_optim_aliases(config)
+    notes += convert_rollout_pool(config)
     return notes
 
 

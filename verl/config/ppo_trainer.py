@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig, RolloutCorrectionConfig
-from verl.config.async_training import AsyncTrainingConfig
+from verl.config.async_training import AsyncTrainingConfig, RolloutPoolConfig, check_hybrid_engine
 from verl.config.base import ConfigError, check, check_ranges
 from verl.config.compat import (
     check_known_keys,
@@ -66,6 +66,8 @@ class PPOTrainerConfig:
     """How Ray is started."""
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     """The asynchronous trainer (trainer.mode=async)."""
+    rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
+    """verl's rollout pool of the asynchronous entry points (nnodes, n_gpus_per_node); async only."""
     verl_extras: dict[str, Any] = field(default_factory=dict)
     """Keys of verl 0.9.1's config this schema lacks, as given on the command line (filled there:
     ``key=value`` lands here); each is converted, refused or noted at start-up
@@ -89,6 +91,7 @@ class PPOTrainerConfig:
             if hasattr(value, "validate"):
                 value.validate(section.name)
         refuse_unsupported(self)
+        check_hybrid_engine(self)
         check(
             self.critic.enable is not False or self.algorithm.adv_estimator != "gae",
             "critic.enable",

@@ -50,7 +50,12 @@ MEGATRON_REFUSED = tuple(f"{section}.{name}" for section in SECTIONS for name in
 PENDING_CALLS: dict[str, str] = {}
 # verl 0.9.1's other keys, as given: each is converted, refused or noted by the schema's own
 # start-up check (verl/config/verl_extras.py, tested in test_verl_extras.py)
-SCHEMA_CHECKED = ("verl_extras",)
+SCHEMA_CHECKED = (
+    "verl_extras",
+    # True is required with trainer.mode=sync; with async the rollout has its own pool either way
+    # (verl/config/async_training.py: check_hybrid_engine; tests/trainer/config/test_one_step_off.py)
+    "actor_rollout_ref.hybrid_engine",
+)
 # Keys that take effect through a property of the schema which the trainer reads (key -> property).
 READ_THROUGH_PROPERTIES = {
     "critic.enable": (PPOTrainerConfig, "use_critic"),
@@ -166,7 +171,6 @@ def test_no_key_is_both_read_and_listed_inert():
 
 
 REFUSAL_EXAMPLES = {
-    "actor_rollout_ref.hybrid_engine": "False",
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "4",
     "critic.model.fsdp_config.ulysses_sequence_parallel_size": "2",
