@@ -15,6 +15,9 @@ Stability", https://richardli.xyz/rl-collapse; TIS, https://fengyao.notion.site/
   ``k1 = -log_rho``, ``k2 = log_rho^2 / 2``, ``k3 = rho - 1 - log_rho`` (log_rho clamped to
   [-20, 20]). ``k1`` options keep ``log l <= k1 <= log u`` (``"l_u"``, or ``u`` with ``l = 1/u``);
   the others keep ``k <= u``.
+
+Both report verl's ``rollout_corr/*`` diagnostics (weight, rejection and off-policy-gap
+statistics), defined in :mod:`verl.algorithms.rollout_corr_metrics`.
 """
 
 from __future__ import annotations
@@ -24,13 +27,32 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from verl.algorithms.rollout_corr_metrics import (
+    SAFETY_BOUND,
+    is_weight_metrics,
+    offpolicy_metrics,
+    rs_option_metrics,
+    rs_summary_metrics,
+    to_floats,
+)
 from verl.utils.torch_functional import masked_mean, masked_sum
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
 
-SAFETY_BOUND = 20.0
-"""Log-ratios are clamped to [-20, 20] before exp()."""
+__all__ = [
+    "RS_OPTIONS",
+    "SAFETY_BOUND",
+    "apply_rollout_correction",
+    "compute_rollout_correction_and_rejection_mask",
+    "offpolicy_metrics",
+    "parse_is_threshold",
+    "parse_rs_options",
+    "parse_rs_thresholds",
+    "rollout_is_weights",
+    "rollout_rejection_mask",
+]
+
 NORMALIZE_EPS = 1e-8
 """Batch normalisation is skipped when the mean weight is not above this."""
 RS_OPTIONS = tuple(
@@ -107,28 +129,29 @@ def rollout_is_weights(
     threshold: float | str = 2.0,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Detached truncated (TIS) or masked (IcePop) importance weights, 0 on padding (module doc)."""
+    """Detached truncated (TIS) or masked (IcePop) importance weights, 0 on padding (module doc),
+    and their ``rollout_is_*`` metrics (:func:`~verl.algorithms.rollout_corr_metrics.is_weight_metrics`,
+    taken before the batch normalisation, plus ``rollout_is_batch_norm_factor`` with it)."""
     upper, lower = parse_is_threshold(threshold)
     if level == "token":
-        raw = torch.exp(torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND))
+        log_weight = log_ratio
     elif level == "sequence":
-        log_seq = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)
-        raw = torch.exp(torch.clamp(log_seq, min=-SAFETY_BOUND, max=SAFETY_BOUND)).expand_as(log_ratio)
+        log_weight = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)
     else:
         raise ValueError(f"rollout_is: expected token or sequence, got {level!r}")
-    raw = raw * response_mask
+    raw = torch.exp(torch.clamp(log_weight, min=-SAFETY_BOUND, max=SAFETY_BOUND)).expand_as(log_ratio)
+    raw = (raw * response_mask).detach()
     if lower is None:
         weights = raw.clamp(max=upper)
     else:
         weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
-    weights = weights.detach()
-    metrics = {"rollout_is_mean": masked_mean(weights, response_mask).item()}
+    metrics = is_weight_metrics(weights, raw, log_ratio.detach(), response_mask, level, upper, lower)
     if batch_normalize:
         mean = _weights_mean(weights, response_mask, level)
-        metrics["rollout_is_batch_norm_factor"] = mean.item() if mean > NORMALIZE_EPS else 1.0
-        if mean > NORMALIZE_EPS:
-            weights = weights / mean
-    return weights, metrics
+        usable = mean > NORMALIZE_EPS
+        metrics["rollout_is_batch_norm_factor"] = torch.where(usable, mean, 1.0)
+        weights = torch.where(usable, weights / mean, weights)
+    return weights, to_floats(metrics)
 
 
 def _weights_mean(weights: torch.Tensor, response_mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -156,32 +179,45 @@ def _row_statistic(values: torch.Tensor, response_mask: torch.Tensor, how: str) 
     return torch.where(row_max == float("-inf"), torch.zeros_like(row_max), row_max)
 
 
+def _apply_option(
+    option: str,
+    bounds: tuple[float | None, float],
+    divergences: dict[str, torch.Tensor],
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
+    """One ``rollout_rs`` option: its pass mask over ``response_mask``'s shape (bool) and metrics."""
+    lower, upper = bounds
+    level, kind = option.rsplit("_", 1)
+    token_stat, row_stat = divergences[kind], None
+    if level != "token":
+        row_stat = _row_statistic(token_stat, response_mask, level.removeprefix("seq_"))
+        token_stat = row_stat.unsqueeze(-1).expand_as(response_mask)
+    if kind == "k1":
+        log_bounds = (math.log(lower), math.log(upper))
+        passed = (token_stat >= log_bounds[0]) & (token_stat <= log_bounds[1])
+    else:
+        log_bounds = (None, upper)
+        passed = token_stat <= upper
+    metrics = rs_option_metrics(option, token_stat, row_stat, passed, response_mask, log_bounds)
+    return passed, metrics
+
+
 def rollout_rejection_mask(
     log_ratio: torch.Tensor, response_mask: torch.Tensor, rollout_rs: str, threshold: float | str | None
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``response_mask`` with the rejected tokens (or rows) set to 0 (module doc)."""
+    """``response_mask`` with the rejected tokens (or rows) set to 0 (module doc), and the
+    ``rollout_rs_*`` metrics: per option, and of all options together."""
     options = parse_rs_options(rollout_rs)
     bounds = parse_rs_thresholds(options, threshold)
-    divergences = _divergences(log_ratio)
+    divergences = _divergences(log_ratio.detach())
     keep = torch.ones_like(response_mask, dtype=log_ratio.dtype)
+    metrics: dict[str, torch.Tensor | float] = {}
     for option in options:
-        lower, upper = bounds[option]
-        level, kind = option.rsplit("_", 1)
-        stat = divergences[kind]
-        if level != "token":
-            stat = _row_statistic(stat, response_mask, level.removeprefix("seq_")).unsqueeze(-1)
-        if kind == "k1":
-            passed = (stat >= math.log(lower)) & (stat <= math.log(upper))
-        else:
-            passed = stat <= upper
-        keep = keep * passed.expand_as(response_mask).to(dtype=log_ratio.dtype)
-    valid = response_mask.bool()
-    kept = (keep > 0.5) & valid
-    metrics = {
-        "rollout_rs_masked_fraction": masked_mean(1 - keep, response_mask).item(),
-        "rollout_rs_seq_masked_fraction": (~kept & valid).any(dim=-1).float().mean().item(),
-    }
-    return (response_mask * keep).to(dtype=response_mask.dtype), metrics
+        passed, option_metrics = _apply_option(option, bounds[option], divergences, response_mask)
+        keep = keep * passed.to(dtype=log_ratio.dtype)
+        metrics.update(option_metrics)
+    metrics.update(rs_summary_metrics(keep, response_mask))
+    return (response_mask * keep).to(dtype=response_mask.dtype), to_floats(metrics)
 
 
 # ----------------------------------------------------------------------------- both
@@ -198,8 +234,9 @@ def compute_rollout_correction_and_rejection_mask(
     """``(rollout_is_weights or None, response_mask after rejection, metrics)``.
 
     Weights come from ``log_rho = old_log_prob - rollout_log_prob`` on the *unrejected* mask.
-    Metrics are prefixed ``rollout_corr/`` (a subset of verl's: weight mean, rejected fractions,
-    and the off-policy diagnostics of :func:`offpolicy_metrics`).
+    Metrics are verl's, prefixed ``rollout_corr/``: the weight statistics (``rollout_is_*``, when
+    ``rollout_is`` is set), the rejection statistics (``rollout_rs_*``, when ``rollout_rs`` is set)
+    and the off-policy gap (:mod:`verl.algorithms.rollout_corr_metrics`).
     """
     if old_log_prob.shape != rollout_log_prob.shape or old_log_prob.shape != response_mask.shape:
         raise ValueError(
@@ -220,25 +257,6 @@ def compute_rollout_correction_and_rejection_mask(
         metrics.update(rs_metrics)
     metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
     return weights, mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
-
-
-def offpolicy_metrics(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
-) -> dict[str, float]:
-    """How far the rollout policy is from the trainer's: ``kl = mean(log pi_rollout - log pi_old)``,
-    ``k3_kl = mean(rho - log rho - 1)``, per-row perplexities averaged over rows, and the
-    chi-squared divergences ``E[rho^2] - 1`` (tokens) and ``E[(prod rho)^2] - 1`` (rows)."""
-    log_ratio = old_log_prob - rollout_log_prob
-    rho = torch.exp(torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND))
-    log_seq = torch.clamp(masked_sum(log_ratio, response_mask, axis=-1), min=-SAFETY_BOUND, max=SAFETY_BOUND)
-    return {
-        "training_ppl": torch.exp(-masked_mean(old_log_prob, response_mask, axis=-1)).mean().item(),
-        "rollout_ppl": torch.exp(-masked_mean(rollout_log_prob, response_mask, axis=-1)).mean().item(),
-        "kl": masked_mean(rollout_log_prob - old_log_prob, response_mask).item(),
-        "k3_kl": masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask).item(),
-        "chi2_token": (masked_mean(rho.square(), response_mask) - 1.0).item(),
-        "chi2_seq": (torch.exp(2.0 * log_seq).mean() - 1.0).item(),
-    }
 
 
 def apply_rollout_correction(data: DataProto, config: Any) -> dict[str, float]:
