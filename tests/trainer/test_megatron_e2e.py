@@ -1,6 +1,7 @@
 """The embedded default trained by the Megatron engine (real megatron-core over gloo, behind the
-test-only CPU shim that the test session's Ray workers install): tensor parallel 2 on 2 ranks
-learns as the FSDP run does, and the weight syncs into the hf rollout pass their probe."""
+test-only CPU shim, which the workers import as a model plugin: tests/megatron/worker_plugin.py):
+tensor parallel 2 on 2 ranks learns as the FSDP run does, and the weight syncs into the hf rollout
+pass their probe."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from tests.example_scripts import REPO, script_command
+from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
 from tests.trainer.test_learning import ACC, MIN_GAIN, STEPS, TEST_FREQ, best_gain
 from tests.trainer.test_vllm_learning import needs_vllm
@@ -28,6 +30,7 @@ def test_the_default_task_learns_with_megatron_tensor_parallel(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     config = load_config(
         [
+            *SHIM,
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
             "trainer.n_gpus_per_node=2",
@@ -63,6 +66,7 @@ def test_megatron_tensor_parallel_syncs_into_a_tensor_parallel_vllm_engine(tmp_p
     config = load_config(
         [
             *overrides,
+            *SHIM,
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=2",

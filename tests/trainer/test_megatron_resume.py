@@ -2,8 +2,8 @@
 a run of 4 steps saves at step 2; a second run resumes from that checkpoint, and its steps 3 and 4
 (losses, gradient norms, rewards, validation) equal the first run's bit for bit.
 
-Both runs are trainings in the test process (the session's Ray workers carry the test-only
-megatron-core CPU shim). That a run SIGKILLed at any step, or while saving, resumes to the
+Both runs are trainings in the test process (their workers import the test-only megatron-core CPU
+shim as a model plugin: tests/megatron/worker_plugin.py). That a run SIGKILLed at any step, or while saving, resumes to the
 uninterrupted stream is the trainer's business, not the engine's: tests/trainer/test_resume.py kills
 real ``main_ppo`` processes for it."""
 
@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
+from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
 from tests.trainer.test_resume import RUN, metric_stream
 from verl.config.ppo_trainer import load_config
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 STEPS = 4  # saved at 2 and 4 (trainer.save_freq=2 in test_resume.RUN)
 MEGATRON = [
     *RUN,
+    *SHIM,
     f"trainer.total_training_steps={STEPS}",  # later than RUN's: this one wins
     "actor_rollout_ref.actor.strategy=megatron",
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",

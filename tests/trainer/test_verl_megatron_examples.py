@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
+from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.config.test_megatron_config import SCRIPTS, script_args
 from tests.trainer.verl_lines import swapped
 from verl.config.ppo_trainer import load_config
@@ -37,7 +38,7 @@ def test_a_verl_megatron_line_trains_one_step_on_cpu(script, builtin_assets, tmp
     name = next(a.split("=", 1)[1] for a in args if a.startswith("--config-name")).removesuffix(".yaml")
     verl_line = "\n".join(a for a in args if not a.startswith("--"))
     data = str(Path(builtin_assets["train"]).parent)
-    overrides = [*swapped(verl_line, builtin_assets["model"], data), *TWO_RANKS]
+    overrides = [*swapped(verl_line, builtin_assets["model"], data), *TWO_RANKS, *SHIM]
     config = load_config(overrides, config_name=name)
     arr = config.actor_rollout_ref
     assert arr.actor.strategy == arr.ref.strategy == "megatron"
