@@ -29,9 +29,10 @@ import torch
 from verl.config.base import ConfigError
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
+from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-__all__ = ["RayDAPOTrainer", "group_metric", "informative_groups"]
+__all__ = ["AsyncDAPOTrainer", "RayDAPOTrainer", "dapo_trainer_class", "group_metric", "informative_groups"]
 
 
 def group_metric(batch: DataProto, metric: str) -> np.ndarray:
@@ -82,8 +83,6 @@ class RayDAPOTrainer(RayPPOTrainer):
         num_gen_batches = 0
         while True:
             num_gen_batches += 1
-            if num_gen_batches > 1:  # not the step's own seed: other prompts, other samples
-                batch.meta_info["sampling_seed"] = self.global_steps + 1_000_000 * (num_gen_batches - 1)
             scored = super().rollout_phase(batch, metrics, timing)
             # uids are "<step>-<row>"; later batches of the same step need their own
             scored.non_tensor_batch["uid"] = np.array(
@@ -104,10 +103,21 @@ class RayDAPOTrainer(RayPPOTrainer):
                     f"(out of {seen_groups} generated): the data is too easy or too hard for the policy; "
                     "raise the limit (0 = no limit) or change the data"
                 )
-            batch = next(self.batches)
+            batch = self.next_draw(num_gen_batches + 1)  # seeded apart from this step's earlier draws
         metrics["train/num_gen_batches"] = num_gen_batches
         metrics["train/kept_group_ratio"] = (kept_rows // n) / seen_groups
         return DataProto.concat(kept)[:target_rows]
+
+
+class AsyncDAPOTrainer(RayDAPOTrainer, AsyncPPOTrainer):
+    """Dynamic sampling on the asynchronous trainer (``trainer.mode=async``): the recipe's rollout
+    phase is the same; each of its draws is the next generation in flight (``next_draw``), and a
+    draw consumed early is fresher than the staleness bound, never older."""
+
+
+def dapo_trainer_class(config: PPOTrainerConfig) -> type[RayPPOTrainer]:
+    """The recipe's driver for ``trainer.mode``."""
+    return AsyncDAPOTrainer if config.trainer.mode == "async" else RayDAPOTrainer
 
 
 def check_dapo_config(config: PPOTrainerConfig) -> None:
@@ -115,11 +125,6 @@ def check_dapo_config(config: PPOTrainerConfig) -> None:
     filter_cfg = config.algorithm.filter_groups
     if not filter_cfg.enable:
         return
-    if config.trainer.mode != "sync":
-        raise ConfigError(
-            f"trainer.mode={config.trainer.mode!r}: the DAPO recipe's dynamic sampling runs in the "
-            "synchronous loop; expected trainer.mode=sync"
-        )
     if filter_cfg.metric == "seq_final_reward" and config.algorithm.use_kl_in_reward:
         raise ConfigError(
             "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=True: "

@@ -51,10 +51,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class InFlight:
-    """A generation submitted for ``step``: its prompts' other columns, the future of the
-    responses, and the data loader's position right after its prompts were drawn."""
+    """Generation number ``index`` (the step it trains, in the core loop): its prompts' other
+    columns, the future of the responses, and the data loader's position right after its prompts
+    were drawn."""
 
-    step: int
+    index: int
     batch: DataProto
     future: Any
     loader_state: dict
@@ -110,26 +111,34 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ producer
     def _batches(self) -> Iterator[InFlight]:
-        """Step-ordered generations; called at the start of each step, it first tops up the
-        generations the staleness bound allows (up to step s + max_staleness)."""
+        """Generations in the order they were submitted; each draw first tops up the generations in
+        flight to ``max_staleness + 1``. Generation ``g`` is seeded by ``g``; with one draw per step
+        (the core loop) ``g`` is the step it trains, none is submitted past the last step, and a
+        sample is at most ``max_staleness`` versions old when trained. A recipe that draws more per
+        step (``next_draw``) takes the next ones, which are fresher, and more are submitted as needed."""
         prompts = super()._batches()
         in_flight = self._in_flight = deque()
+        submitted = self.global_steps - 1  # fit() has already counted the step about to run
         while True:
-            step = self.global_steps  # fit() has already counted the step about to run
-            newest = min(step + self.async_cfg.max_staleness, self.total_training_steps)
-            first = in_flight[-1].step + 1 if in_flight else step
-            for s in range(first, newest + 1):
-                in_flight.append(self._submit_generation(s, next(prompts)))
+            while len(in_flight) <= self.async_cfg.max_staleness and (
+                submitted < self.total_training_steps or not in_flight
+            ):
+                submitted += 1
+                in_flight.append(self._submit_generation(submitted, next(prompts)))
             yield in_flight.popleft()
 
-    def _submit_generation(self, step: int, batch: DataProto) -> InFlight:
-        batch = repeat_prompts(batch, str(step), self.config.actor_rollout_ref.rollout.n)
+    def next_draw(self, draw: int) -> InFlight:
+        """A step's further draw is the next generation in flight (seeded by its own index)."""
+        return next(self.batches)
+
+    def _submit_generation(self, index: int, batch: DataProto) -> InFlight:
+        batch = repeat_prompts(batch, str(index), self.config.actor_rollout_ref.rollout.n)
         prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
-        prompts.meta_info.update(global_steps=step, do_sample=True, sampling_seed=step)
+        prompts.meta_info.update(global_steps=index, do_sample=True, sampling_seed=index)
         if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
             prompts.meta_info["weight_version"] = self.policy_version
         future = self.rollout_client.generate_sequences(prompts, blocking=False)
-        return InFlight(step, batch, future, self.data.train.state_dict(), self.policy_version)
+        return InFlight(index, batch, future, self.data.train.state_dict(), self.policy_version)
 
     # ------------------------------------------------------------------ phases
     def rollout_phase(

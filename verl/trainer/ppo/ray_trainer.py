@@ -214,6 +214,14 @@ class RayPPOTrainer:
                 self.epoch = self.data.train.epoch
                 yield DataProto.from_single_dict(batch_dict)
 
+    def next_draw(self, draw: int) -> DataProto:
+        """The prompts of a step's ``draw``-th generation (``draw`` >= 2), for a recipe that draws more
+        than once per step (DAPO's dynamic sampling): the next batch, seeded apart from the step's
+        first draw and from the other steps'."""
+        batch = next(self.batches)
+        batch.meta_info["sampling_seed"] = self.global_steps + 1_000_000 * (draw - 1)
+        return batch
+
     def train_step(self, batch: DataProto) -> dict[str, float]:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
@@ -254,7 +262,7 @@ class RayPPOTrainer:
         self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]
     ) -> DataProto:
         """Prompts in, scored responses out: repeat, generate, reward. Recipes override this
-        (e.g. DAPO keeps drawing ``next(self.batches)`` until enough groups carry signal)."""
+        (e.g. DAPO keeps drawing (``next_draw``) until enough groups carry signal)."""
         if self.config.algorithm.adv_estimator == "remax":
             with timed("gen_max", timing):
                 self._reward_baselines(batch)
