@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.trainer import verl_lines
 from tests.trainer.test_vllm_learning import needs_vllm
 from tests.trainer.verl_lines import swapped
 from verl.config.base import ConfigError
@@ -27,12 +27,7 @@ ASYNC = ["trainer.mode=async", "actor_rollout_ref.rollout.calculate_log_probs=Tr
 
 
 def script_args(script: Path) -> list[str]:
-    """Every argument ``script`` passes to the entry point (its python replaced by printf)."""
-    env = {**os.environ, "PYTHON": "printf %s\\n", "MODEL": "/models/m", "DATA": "/data"}
-    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
-    lines = out.stdout.splitlines()
-    assert lines[:2] == ["-m", "verl.experimental.one_step_off_policy.main_ppo"], lines[:3]
-    return lines[2:]
+    return verl_lines.script_args(script, "verl.experimental.one_step_off_policy.main_ppo")
 
 
 def test_the_preset_is_the_async_trainer_one_version_behind():

@@ -3,6 +3,19 @@ CPU ranks swapped in (tests/trainer/test_verl_tp_examples.py, test_verl_megatron
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
+
+def script_args(script: Path, entry: str = "verl.trainer.main_ppo") -> list[str]:
+    """Every argument ``script`` passes to ``python -m entry`` (its python replaced by printf)."""
+    env = {**os.environ, "PYTHON": "printf %s\\n", "MODEL": "/models/m", "DATA": "/data"}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["-m", entry], lines[:3]
+    return lines[2:]
+
 
 def swapped(lines: str, model: str, data: str) -> list[str]:
     """verl's arguments (quotes the shell would strip, stripped) with the built-in model and data,

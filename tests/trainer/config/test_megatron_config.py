@@ -5,14 +5,13 @@ these lines are not run here (one training step of each: tests/trainer/test_verl
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from tests.trainer.verl_lines import script_args
 from verl.config.base import ConfigError
 from verl.config.cli import prepare_argv
 from verl.config.megatron import NOT_YET, MegatronConfig, refuse_not_yet
@@ -63,15 +62,6 @@ VERL_DEFAULTS = {
     "forward_only": False,
     "dtype": "bfloat16",
 }
-
-
-def script_args(script: Path) -> list[str]:
-    """Every argument ``script`` passes to main_ppo (its python replaced by printf)."""
-    env = {**os.environ, "PYTHON": "printf %s\\n", "MODEL": "/models/m", "DATA": "/data"}
-    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
-    lines = out.stdout.splitlines()
-    assert lines[:2] == ["-m", "verl.trainer.main_ppo"], lines[:3]
-    return lines[2:]
 
 
 def load_script(script: Path):
