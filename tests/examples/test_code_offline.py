@@ -12,7 +12,7 @@ import pytest
 
 from tests.examples.test_data_preprocess import load, run_script
 from verl.tools.sandbox import run_python
-from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score import code
 
 
 def write(tmp_path, *args):
@@ -48,9 +48,12 @@ def test_every_reference_solution_passes_its_cases_in_the_sandbox(tmp_path):
     train, test = write(tmp_path)
     rows = train + test
 
-    def score(row, truth_row):
+    def score(row, truth_row, timeout_s: float = 60.0):
+        """The reward of ``row``'s solution on ``truth_row``'s cases. The time limit only catches a
+        hang: the scorer's own 3 s per case was once too short for a Python start-up on a busy
+        machine (the suite's other worker training beside these four threads)."""
         response = f"```python\n{row['extra_info']['solution']}\n```"
-        return default_compute_score("code_offline", response, truth_row["reward_model"]["ground_truth"])
+        return code.compute_score(response, truth_row["reward_model"]["ground_truth"], timeout_s=timeout_s)
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(score, rows, rows))
