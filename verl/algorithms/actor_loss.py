@@ -20,7 +20,7 @@ import torch
 from verl.algorithms.kl import kl_penalty
 from verl.algorithms.loss_agg import agg_loss
 from verl.algorithms.policy_losses import get_policy_loss_fn
-from verl.algorithms.rollout_correction import rollout_is_weights
+from verl.algorithms.rollout_correction import truncated_is_weights
 from verl.algorithms.value_loss import compute_value_loss
 from verl.utils.torch_functional import masked_mean
 
@@ -73,8 +73,7 @@ def importance_weights(
     old, rollout = micro_batch["old_log_probs"], micro_batch["rollout_log_probs"]
     mask = micro_batch["response_mask"]
     level = getattr(config, "tis_level", "token")
-    weights, _ = rollout_is_weights(old - rollout, mask, level, cap)
-    raw, _ = rollout_is_weights(old - rollout, mask, level, float("inf"))
+    weights, raw = truncated_is_weights(old - rollout, mask, level, cap)
     metrics = {
         "actor/tis_weight_mean": masked_mean(raw, mask).item(),
         "actor/tis_clipfrac": masked_mean((raw > cap).float(), mask).item(),

@@ -51,6 +51,7 @@ __all__ = [
     "parse_rs_thresholds",
     "rollout_is_weights",
     "rollout_rejection_mask",
+    "truncated_is_weights",
 ]
 
 NORMALIZE_EPS = 1e-8
@@ -122,16 +123,11 @@ def parse_rs_options(rollout_rs: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- weights
-def rollout_is_weights(
-    log_ratio: torch.Tensor,
-    response_mask: torch.Tensor,
-    level: str = "token",
-    threshold: float | str = 2.0,
-    batch_normalize: bool = False,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Detached truncated (TIS) or masked (IcePop) importance weights, 0 on padding (module doc),
-    and their ``rollout_is_*`` metrics (:func:`~verl.algorithms.rollout_corr_metrics.is_weight_metrics`,
-    taken before the batch normalisation, plus ``rollout_is_batch_norm_factor`` with it)."""
+def truncated_is_weights(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, level: str = "token", threshold: float | str = 2.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights, raw)``: the detached truncated (TIS) or masked (IcePop) importance weights and the
+    ratios they come from, 0 on padding (module doc); no metrics, for the loss's hot path."""
     upper, lower = parse_is_threshold(threshold)
     if level == "token":
         log_weight = log_ratio
@@ -142,9 +138,22 @@ def rollout_is_weights(
     raw = torch.exp(torch.clamp(log_weight, min=-SAFETY_BOUND, max=SAFETY_BOUND)).expand_as(log_ratio)
     raw = (raw * response_mask).detach()
     if lower is None:
-        weights = raw.clamp(max=upper)
-    else:
-        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+        return raw.clamp(max=upper), raw
+    return torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw)), raw
+
+
+def rollout_is_weights(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str = "token",
+    threshold: float | str = 2.0,
+    batch_normalize: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`truncated_is_weights`, optionally batch-normalised, and their ``rollout_is_*`` metrics
+    (:func:`~verl.algorithms.rollout_corr_metrics.is_weight_metrics`, taken before the batch
+    normalisation, plus ``rollout_is_batch_norm_factor`` with it)."""
+    weights, raw = truncated_is_weights(log_ratio, response_mask, level, threshold)
+    upper, lower = parse_is_threshold(threshold)
     metrics = is_weight_metrics(weights, raw, log_ratio.detach(), response_mask, level, upper, lower)
     if batch_normalize:
         mean = _weights_mean(weights, response_mask, level)
