@@ -42,6 +42,10 @@ RUN = [
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
 ]
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
+# Three runs start their own Ray clusters side by side: on a busy 2-core machine one run's driver
+# once gave up reaching its cluster's GCS after Ray's default 60 s and exited before the test could
+# kill it. A longer limit only delays the failure of a run that truly cannot reach its GCS.
+SLOW_START = {"RAY_gcs_rpc_server_reconnect_timeout_s": "300"}
 
 
 def start(workdir: Path, extra: list[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -54,7 +58,7 @@ def start(workdir: Path, extra: list[str] = (), env: dict[str, str] | None = Non
         proc = subprocess.Popen(
             [sys.executable, "-m", "verl.trainer.main_ppo", *RUN, *extra],
             cwd=workdir,
-            env={**os.environ, "PYTHONPATH": pythonpath, "RAY_ADDRESS": "", **(env or {})},
+            env={**os.environ, "PYTHONPATH": pythonpath, "RAY_ADDRESS": "", **SLOW_START, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: SIGKILL takes Ray down with it
