@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from verl.builtin import task, tool_task
-from verl.builtin.warmup import ensure_builtin_model
+from verl.builtin.warmup import TEACHER_MODEL_PATH, ensure_builtin_model
+from verl.config.distillation import teacher_plan
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.config.rm_trainer import RMTrainerConfig
 from verl.config.sft_trainer import SFTTrainerConfig
+from verl.utils.cache import resolve_cache_path
 
 
 def is_builtin_model(path: str) -> bool:
-    """The embedded default's model, or the tool task's."""
+    """The embedded default's model (or its teacher), or the tool task's."""
     resolved = Path(path).expanduser().resolve()
-    return resolved in (task.builtin_model_dir().resolve(), tool_task.tool_model_dir().resolve())
+    builtin = (task.builtin_model_dir(), resolve_cache_path(TEACHER_MODEL_PATH), tool_task.tool_model_dir())
+    return resolved in [folder.resolve() for folder in builtin]
 
 
 def prepare_ppo_assets(config: PPOTrainerConfig) -> None:
@@ -27,6 +30,9 @@ def prepare_ppo_assets(config: PPOTrainerConfig) -> None:
     files = data_files(config.data)
     task.ensure_builtin_data(*files)
     ensure_builtin_model(config.actor_rollout_ref.model.path)
+    if config.distillation.enabled:
+        for teacher in teacher_plan(config.distillation):
+            ensure_builtin_model(teacher.model_path)
     tool_task.ensure_tool_task_data(*files)
     tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
 

@@ -17,10 +17,11 @@ dir, never half-written.
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from verl.builtin import task as builtin
-from verl.utils.cache import build_model_once
+from verl.utils.cache import CACHE_DIR_EXPR, build_model_once, resolve_cache_path
 
 WARMUP_STEPS = 40
 WARMUP_BATCH = 64
@@ -29,13 +30,27 @@ WARMUP_SEED = 0
 """Seeds the model's initialisation and the trainer; the chats come from the stream of seed + 1."""
 
 
+TEACHER_STEPS = 160
+"""The built-in teacher of the distillation preset: the same model warmed up four times longer
+(greedy accuracy about 0.95 against the student's 0.3)."""
+TEACHER_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith-teacher"
+
+
 def ensure_builtin_model(path: str) -> None:
-    """Create, warm up and save the tiny model if ``path`` is the built-in one and missing."""
+    """Create, warm up and save the tiny model (or the built-in teacher) if ``path`` is the built-in
+    one and missing."""
     build_model_once(builtin.builtin_model_dir(), path, build_builtin_model, "the built-in tiny model")
+    build_model_once(
+        resolve_cache_path(TEACHER_MODEL_PATH),
+        path,
+        partial(build_builtin_model, steps=TEACHER_STEPS),
+        "the built-in teacher model",
+    )
 
 
-def build_builtin_model(folder: Path) -> None:
-    """Initialise the tiny model, warm it up with the SFT trainer and save it (with its tokenizer) in ``folder``."""
+def build_builtin_model(folder: Path, steps: int = WARMUP_STEPS) -> None:
+    """Initialise the tiny model, warm it up with ``steps`` steps of the SFT trainer and save it (with
+    its tokenizer) in ``folder``."""
     from verl.builtin.arith import write_arith_warmup_parquet
     from verl.trainer.sft_loop import SFTTrainer
 
@@ -44,8 +59,9 @@ def build_builtin_model(folder: Path) -> None:
         initial = Path(scratch) / "initial"
         builtin.build_tiny_qwen2(tokenizer, seed=WARMUP_SEED).save_pretrained(initial)
         tokenizer.save_pretrained(initial)
-        chats = write_arith_warmup_parquet(scratch, WARMUP_STEPS * WARMUP_BATCH, seed=WARMUP_SEED + 1)
-        trainer = SFTTrainer(warmup_config(initial, chats, Path(scratch) / "checkpoints"), distributed=False)
+        chats = write_arith_warmup_parquet(scratch, steps * WARMUP_BATCH, seed=WARMUP_SEED + 1)
+        config = warmup_config(initial, chats, Path(scratch) / "checkpoints", steps)
+        trainer = SFTTrainer(config, distributed=False)
         try:
             trainer.fit()
             trainer.engine.module.save_pretrained(folder)
@@ -54,7 +70,7 @@ def build_builtin_model(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def warmup_config(model: Path, chats: Path, checkpoints: Path):
+def warmup_config(model: Path, chats: Path, checkpoints: Path, steps: int = WARMUP_STEPS):
     """The SFT trainer's config of the warm-up (see the module's doc)."""
     from omegaconf import OmegaConf
 
@@ -72,7 +88,7 @@ def warmup_config(model: Path, chats: Path, checkpoints: Path):
         },
         "optim": {"lr": WARMUP_LR, "weight_decay": 0.0, "clip_grad": float("inf")},
         "trainer": {
-            "total_training_steps": WARMUP_STEPS,
+            "total_training_steps": steps,
             "seed": WARMUP_SEED,
             "device": "cpu",
             "logger": [],

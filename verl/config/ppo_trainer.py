@@ -28,6 +28,7 @@ from verl.config.compat import (
 )
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
+from verl.config.distillation import DistillationConfig, check_distillation, distillation_inert_keys
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS, GenRMRolloutConfig
 from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
 from verl.config.megatron import check_megatron_roles, strategy_inert_keys
@@ -68,6 +69,8 @@ class PPOTrainerConfig:
     """The asynchronous trainer (trainer.mode=async)."""
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
     """verl's rollout pool of the asynchronous entry points (nnodes, n_gpus_per_node); async only."""
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    """On-policy distillation from teacher models (verl's keys)."""
     verl_extras: dict[str, Any] = field(default_factory=dict)
     """Keys of verl 0.9.1's config this schema lacks, as given on the command line (filled there:
     ``key=value`` lands here); each is converted, refused or noted at start-up
@@ -101,6 +104,7 @@ class PPOTrainerConfig:
         self._check_batch_sizes()
         self._check_sequence_parallel()
         check_megatron_roles(self)
+        check_distillation(self)
         self._check_rollout_tensor_parallel()
         self._check_sampling()
         self._check_agent_loop()
@@ -506,6 +510,7 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
     """Keys the user set (on the command line) that have no effect with this backend and device."""
     inert = set(ALWAYS_INERT_KEYS + MEGATRON_INERT_KEYS)
     inert.update(strategy_inert_keys(config))
+    inert.update(distillation_inert_keys(config.distillation))
     if device == "cpu":
         inert.update(GPU_ONLY_KEYS + tuple(_cpu_dtype_keys(config)))
     else:

@@ -56,7 +56,6 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
             f"LoRA for the critic {_NOT_HERE} (the policy's is: actor_rollout_ref.model.lora_rank)",
         ),
         (r"(^|\.)disaggregation\.", f"prefill/decode disaggregation {_NOT_HERE}"),
-        (r"^distillation\.", f"distillation {_NOT_HERE}"),
         (r"^transfer_queue\.", f"the transfer queue {_NOT_HERE}"),
         (r"^trainer\.v1\.", "the options of verl's v1 trainer are not implemented (see trainer.mode=async)"),
         (r"^skip\.", f"verl's rollout-skipping cache {_NOT_HERE}"),

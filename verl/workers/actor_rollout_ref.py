@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import torch
 
 from verl.algorithms.actor_loss import compute_actor_loss
+from verl.algorithms.distillation import TEACHER_KEYS, compute_distilled_actor_loss
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.engine import FSDPConfig
 from verl.config.rollout_backends import rollout_backend
@@ -72,6 +74,7 @@ ACTOR_LOSS_KEYS = [
     "ref_log_prob",
     "rollout_log_probs",
     "rollout_is_weights",
+    *TEACHER_KEYS,
 ]
 
 
@@ -81,10 +84,13 @@ class ActorRolloutRefWorker(Worker):
         config: ActorRolloutRefConfig,
         role: str = "actor_rollout_ref",
         tokenizer: TokenizerSource | None = None,
+        distillation: Any = None,
     ) -> None:
         """``tokenizer``: where the driver loaded its tokenizer from (it may come from
-        ``data.tokenizer``); by default ``model.tokenizer_path`` or ``model.path``."""
+        ``data.tokenizer``); by default ``model.tokenizer_path`` or ``model.path``. ``distillation``:
+        the ``distillation.distillation_loss`` section when the actor distils from teachers."""
         super().__init__()
+        self.distillation = distillation
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         self.config = config
@@ -321,6 +327,7 @@ class ActorRolloutRefWorker(Worker):
         max_tokens: int,
         entropy: bool,
         sum_pi_squared: bool = False,
+        topk: int | None = None,
     ):
         temperature = data.meta_info.get("temperature", self.config.rollout.temperature)
         data = ulysses.gather_group_batch(data, self.rows_group)
@@ -331,7 +338,7 @@ class ActorRolloutRefWorker(Worker):
         with ulysses.sequence_parallel(self.sp_group):
             outs = engine.infer(
                 micro_batches,
-                lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed),
+                lambda m, b: response_log_probs(m, b, temperature, options, sum_pi_squared, packed, topk),
             )
         out = DataProto.from_dict({key: restore_order([o[key] for o in outs], groups) for key in outs[0]})
         return dict(ulysses.own_share(out, self.rows_group).batch.items())
@@ -392,7 +399,10 @@ class ActorRolloutRefWorker(Worker):
                 micro = {**micro, "old_log_probs": out["log_probs"].detach()}
                 if "rollout_log_probs" in micro:
                     gap += GapSums.of(micro["rollout_log_probs"], out["log_probs"], micro["response_mask"])
-            loss, metrics = compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
+            if self.distillation is not None:
+                loss, metrics = compute_distilled_actor_loss(out, micro, cfg, self.distillation)
+            else:
+                loss, metrics = compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
             # sequence parallel: the group's gradient is split over its ranks, which the engine
             # averages with every other rank's: scaled by the group size it sums instead
             return loss * self.sp_size, metrics

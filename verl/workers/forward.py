@@ -77,6 +77,36 @@ def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temper
     )
 
 
+def _gathered_log_probs(head: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.log_softmax(scaled_logits(head, temperature), dim=-1).gather(-1, ids)
+
+
+def response_gathered_log_probs(head: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probs ``[b, R, K]`` of the tokens ``ids`` ``[b, R, K]`` at each response position (the
+    student's at a teacher's top-k tokens), a few rows at a time as :func:`response_token_log_probs`."""
+    rows = _chunk_rows(head)
+    chunks = zip(head.split(rows), ids.split(rows))
+    if not (torch.is_grad_enabled() and head.requires_grad):
+        return torch.cat([_gathered_log_probs(h, i, temperature) for h, i in chunks])
+    return torch.cat(
+        [
+            checkpoint(_gathered_log_probs, h, i, temperature, use_reentrant=False, preserve_rng_state=False)
+            for h, i in chunks
+        ]
+    )
+
+
+def response_topk(head: torch.Tensor, k: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely tokens at each response position: log-probs and ids, ``[b, R, k]`` each
+    (a teacher's, for forward_kl_topk; outside autograd)."""
+    with torch.no_grad():
+        tops = [
+            torch.log_softmax(scaled_logits(h, temperature), dim=-1).topk(k, dim=-1)
+            for h in head.split(_chunk_rows(head))
+        ]
+    return torch.cat([t.values for t in tops]), torch.cat([t.indices for t in tops])
+
+
 def _response_outputs(
     module: nn.Module, micro: dict[str, torch.Tensor], packed: bool, causal_lm: bool
 ) -> torch.Tensor:
@@ -147,10 +177,14 @@ def response_log_probs(
     entropy: EntropyOptions | None = None,
     sum_pi_squared: bool = False,
     packed: bool = False,
+    topk: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """``log_probs`` ``[b, R]`` of the response tokens; ``entropys`` when ``entropy`` is given;
     ``sum_pi_squared`` (``sum_v pi(v)^2`` of each position's distribution, what the optimal token
-    baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads. On CUDA the
+    baseline weighs paths by) when asked; ``packed`` runs the micro-batch without pads. Distillation:
+    ``topk`` adds the ``topk_log_probs`` and ``topk_ids`` of each position's k most likely tokens (a
+    teacher's), and ``teacher_topk_ids`` in the micro-batch adds ``student_topk_log_probs``, the
+    log-probs of those tokens (a student's, with gradient). On CUDA the
     log-probs and entropy come from one fused Triton pass (:mod:`verl.utils.fused_log_probs`; equal
     within fp32 rounding), elsewhere from torch ops a few rows at a time."""
     head = _response_outputs(module, micro, packed, causal_lm=True)
@@ -171,6 +205,11 @@ def response_log_probs(
             out["entropys"] = _untrained(partial(response_entropy, options=entropy), head, temperature)
     if sum_pi_squared:
         out["sum_pi_squared"] = _untrained(_sum_pi_squared, head, temperature)
+    if topk is not None:
+        out["topk_log_probs"], out["topk_ids"] = response_topk(head, topk, temperature)
+    if "teacher_topk_ids" in micro:
+        ids = micro["teacher_topk_ids"].long()
+        out["student_topk_log_probs"] = response_gathered_log_probs(head, ids, temperature)
     return out
 
 

@@ -55,6 +55,10 @@ SCHEMA_CHECKED = (
     # True is required with trainer.mode=sync; with async the rollout has its own pool either way
     # (verl/config/async_training.py: check_hybrid_engine; tests/trainer/config/test_one_step_off.py)
     "actor_rollout_ref.hybrid_engine",
+    # read by teacher_plan (verl/config/distillation.py), which places the teachers (builders.py)
+    "distillation.teacher_models",
+    # only verl's one value, vanilla, is accepted (DistillationLossConfig.validate)
+    "distillation.distillation_loss.policy_loss_mode",
 )
 # Keys that take effect through a property of the schema which the trainer reads (key -> property).
 READ_THROUGH_PROPERTIES = {

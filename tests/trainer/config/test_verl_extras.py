@@ -47,7 +47,7 @@ def test_every_verl_key_at_its_default_composes_and_each_extra_is_noted():
 @pytest.mark.parametrize(
     ("given", "reason"),
     [
-        ("distillation.enabled=true", "distillation is not implemented"),
+        ("transfer_queue.enable=true", "the transfer queue is not implemented"),
         ("actor_rollout_ref.actor.optim.optimizer=SGD", "only torch.optim.AdamW"),
         ("actor_rollout_ref.actor.fsdp_config.qat.enable=true", "quantization-aware training"),
         ("actor_rollout_ref.rollout.data_parallel_size=2", "parallel inference engines"),

@@ -43,6 +43,7 @@ from verl.protocol import DataProto
 from verl.trainer.ppo import builders
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
+from verl.trainer.ppo.teachers import Teachers
 from verl.trainer.ppo.validation import Validator
 from verl.workers.weight_transport import transport_of
 
@@ -102,6 +103,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.actor_rollout_wg = self.wgs["actor"]  # the sync phases train on this group
         self.rollout_wg = self.wgs["rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.teachers = Teachers.from_worker_groups(self.wgs, self.config.distillation.teacher_key)
         self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(self.config, self.rollout_wg, self.tokenizer)

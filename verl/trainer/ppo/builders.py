@@ -18,9 +18,12 @@ import ray
 import torch
 
 from verl.config.actor import ActorRolloutRefConfig, ModelConfig
+from verl.config.base import ConfigError
+from verl.config.distillation import teacher_plan
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
+from verl.trainer.ppo.teachers import GROUP_PREFIX
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 from verl.workers.rollout.client import RolloutClient, WorkerGroupClient
 
@@ -150,7 +153,8 @@ def build_worker_groups(
             )
         )
         groups.update(_reward_model_pool_groups(config, device, pools))
-        for name in ("reward_model", "critic", "actor_rollout"):
+        groups.update(_teacher_groups(config, device, pools))
+        for name in ("reward_model", "critic", "actor_rollout", *teacher_group_names(groups)):
             if name in groups:
                 groups[name].init_model()
     return groups, pools
@@ -176,6 +180,57 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
         {"reward_model": _reward_model_worker(config)},
         call_timeout_s=trainer.worker_call_timeout_s,
         setup_timeout_s=trainer.ray_wait_register_center_timeout,
+    )
+
+
+def _teacher_groups(config: PPOTrainerConfig, device: str, pools: list[RayResourcePool]) -> dict:
+    """``distillation.enabled``: each teacher on its share of the teachers' pool (appended to
+    ``pools``), as ``teacher:<key>`` (:class:`verl.workers.teacher.TeacherWorker`)."""
+    from verl.workers.teacher import TeacherWorker, teacher_config
+
+    distill = config.distillation
+    if not distill.enabled:
+        return {}
+    topk = distill.distillation_loss.topk if distill.distillation_loss.uses_topk else None
+    groups = {}
+    for teacher in teacher_plan(distill):
+        per_node = teacher_processes_per_node(teacher.processes, distill.nnodes, distill.n_gpus_per_node)
+        pool = RayResourcePool(
+            per_node,
+            use_gpu=device == "cuda",
+            name_prefix=f"teacher_pool_{teacher.key}",
+            cpus_per_process=config.trainer.cpus_per_worker,
+        )
+        pools.append(pool)
+        worker = RayClassWithInitArgs(
+            TeacherWorker,
+            teacher_config(config.actor_rollout_ref, teacher.model_path),
+            topk=topk,
+            tokenizer=tokenizer_source(config),
+        )
+        created = create_colocated_worker_groups(
+            pool,
+            {"teacher": worker},
+            call_timeout_s=config.trainer.worker_call_timeout_s,
+            setup_timeout_s=config.trainer.ray_wait_register_center_timeout,
+        )
+        groups[f"{GROUP_PREFIX}{teacher.key}"] = created["teacher"]
+    return groups
+
+
+def teacher_group_names(groups: dict[str, Any]) -> list[str]:
+    return [name for name in groups if name.startswith(GROUP_PREFIX)]
+
+
+def teacher_processes_per_node(processes: int, nnodes: int, per_node: int) -> list[int]:
+    """A teacher's share of the teachers' pool as processes per node: whole nodes, or part of one."""
+    if processes % per_node == 0:
+        return [per_node] * (processes // per_node)
+    if nnodes == 1:
+        return [processes]
+    raise ConfigError(
+        f"distillation.teacher_models: a teacher of {processes} processes on {nnodes} nodes of {per_node}; "
+        "with several nodes each teacher must fill whole nodes (num_replicas x replica size)"
     )
 
 
@@ -232,8 +287,13 @@ def _critic_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
 def _policy_worker(config: PPOTrainerConfig, role: str) -> RayClassWithInitArgs:
     from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
+    distill = config.distillation
     return RayClassWithInitArgs(
-        ActorRolloutRefWorker, config.actor_rollout_ref, role=role, tokenizer=tokenizer_source(config)
+        ActorRolloutRefWorker,
+        config.actor_rollout_ref,
+        role=role,
+        tokenizer=tokenizer_source(config),
+        distillation=distill.distillation_loss if distill.enabled and "actor" in role else None,
     )
 
 
@@ -298,7 +358,8 @@ def build_async_worker_groups(
                 )
             )
         groups.update(_reward_model_pool_groups(config, device, pools))
-        for name in ("reward_model", "critic", "actor", "rollout"):
+        groups.update(_teacher_groups(config, device, pools))
+        for name in ("reward_model", "critic", "actor", "rollout", *teacher_group_names(groups)):
             if name in groups:
                 groups[name].init_model()
     return groups, pools

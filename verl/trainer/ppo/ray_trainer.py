@@ -7,6 +7,7 @@ One training step, in the order of the algorithm box::
     reward         token_level_scores <- reward_fn(responses)          (driver, process pool)
     old_log_prob   old_log_probs <- actor(responses)                   (worker group)
     ref            ref_log_prob <- reference(responses)                (if KL is used)
+    teacher        teacher_log_probs <- teachers(responses)            (if distilling)
     values         values <- critic(responses)                         (if GAE)
     adv            token_level_rewards, advantages, returns            (driver, pure functions)
     update_critic  critic PPO epochs                                   (if GAE)
@@ -41,6 +42,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.reward_model import ModelScoredReward
+from verl.trainer.ppo.teachers import Teachers
 from verl.trainer.ppo.validation import Validator
 from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
@@ -135,12 +137,14 @@ class RayPPOTrainer:
         self.wgs: dict = {}
         self.pools: list = []
         self.rollout_client: RolloutClient | None = None  # built with the worker groups
+        self.teachers: Teachers | None = None  # distillation.enabled: built with the worker groups
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
         self.wgs, self.pools = builders.build_worker_groups(self.config, self.device)
         self.actor_rollout_wg = self.wgs["actor_rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.teachers = Teachers.from_worker_groups(self.wgs, self.config.distillation.teacher_key)
         self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(
@@ -238,6 +242,9 @@ class RayPPOTrainer:
             if self.config.use_reference:
                 with timed("ref", timing):
                     batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+            if self.teachers is not None:
+                with timed("teacher", timing):
+                    batch.union(self.teachers.score(batch))
             if self.config.use_critic:
                 with timed("values", timing):
                     batch.union(self.critic_wg.compute_values(batch))
