@@ -40,6 +40,7 @@ LAYERS = {
     "verl.trainer": "trainer",
     "verl.builtin": "builtin",
     "verl.trainer.main_ppo": "entry",
+    "verl.trainer.main_generation_server": "entry",
     "verl.trainer.sft_trainer": "entry",
     "verl.trainer.rm_trainer": "entry",
     "verl.trainer.fsdp_sft_trainer": "entry",

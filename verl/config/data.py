@@ -88,6 +88,9 @@ class DataConfig:
     """A user dataset class that replaces RLHFDataset."""
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking)."""
+    output_path: str | None = None
+    """main_generation_server: the parquet file it writes (the rows of train_files plus a responses column);
+    verl's scripts add it with +data.output_path=... The trainers do not read it."""
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
