@@ -1,7 +1,7 @@
 """The weight-sync check sees one stale sync in bf16 at verl's learning rate (1e-6), where a
 missed update moves the probe's log-probs by far less than bf16 rounding: fault injections that
 wrap the engine's weight loading (it does nothing; it skips one layer; it leaves the LM head stale)
-are caught at the first step, and a healthy 100-step bf16 run raises no false alarm. Each case
+are caught at the first step, and a healthy 40-step bf16 run raises no false alarm. Each case
 drives the colocated worker (actor + rollout) directly, with a tiny loop of update + sync."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ VLLM = pytest.param(
     ],
 )
 BACKENDS = ["hf", VLLM]
+HEALTHY_STEPS = 40
+"""Syncs of the healthy run: each hashes a new sample of columns (per version) and scores the probe;
+at lr 1e-6 the log-prob gap does not grow with steps (measured flat over 100)."""
 
 
 def update_batch(tokenizer, seed: int, with_rollout_log_probs: bool = False) -> DataProto:
@@ -183,11 +186,11 @@ def test_a_stale_sync_in_bf16_is_caught_at_the_first_step(harness, fault, stale)
         assert "model.layers.2" not in result["error"]
 
 
-@pytest.mark.slow  # 100 updates: about a minute on 2 cores
-def test_a_healthy_bf16_run_raises_no_false_alarm_in_100_steps(harness):
-    result = harness(100)
+@pytest.mark.slow  # 40 updates, each checked against a fresh sample of columns: about 20 s on 2 cores
+def test_a_healthy_bf16_run_raises_no_false_alarm_in_40_steps(harness):
+    result = harness(HEALTHY_STEPS)
     assert result["error"] is None, result["error"]
-    assert len(result["gaps"]) == 100
+    assert len(result["gaps"]) == HEALTHY_STEPS
     assert max(result["gaps"]) < 0.15  # the log-prob probe, next to the exact one, stays within bf16's
 
 
