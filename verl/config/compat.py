@@ -76,8 +76,20 @@ OPTIM_ALIASES: dict[str, tuple[str, Any, Any]] = {
     ),
     "critic.optim.warmup_style": ("critic.optim.lr_scheduler_type", None, "constant"),
 }
+# verl 0.9's engine spelling of a role's Ulysses size -> the role's key, which the workers read here
+# (verl's role key is the deprecated one: its value, when above 1, is copied onto the engine's)
+SP_ALIASES = {
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    ),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size"
+    ),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
+}
 CONVERTED_KEYS: dict[str, str] = {
     **{k: f"{v} = {k.rsplit('.', 1)[1]} // (nnodes x n_gpus_per_node)" for k, v in MICRO_BATCH_KEYS.items()},
+    **{alias: f"{target} (when above 1)" for alias, target in SP_ALIASES.items()},
     **REWARD_ALIASES,
     **{alias: target for alias, (target, _, _) in OPTIM_ALIASES.items()},
     "reward.custom_reward_function.reward_kwargs": "custom_reward_function.reward_kwargs (merged)",
@@ -91,8 +103,8 @@ _REGISTER_ONLY = (
     "imported through actor_rollout_ref.model.external_lib, then set reward_model.reward_manager"
 )
 _NO_SP = (
-    "set actor_rollout_ref.actor.ulysses_sequence_parallel_size or critic.ulysses_sequence_parallel_size "
-    "(the reward model has no sequence parallelism)"
+    "the reward model has no sequence parallelism (the actor's and the critic's have: "
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size, critic.ulysses_sequence_parallel_size)"
 )
 # key -> (the one accepted value, why / what to use instead)
 REFUSED_KEYS: dict[str, tuple[Any, str]] = {
@@ -107,9 +119,6 @@ REFUSED_KEYS: dict[str, tuple[Any, str]] = {
         "multi_turn.tool_config_path",
     ),
     "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": (None, "not supported yet; use rollout.n"),
-    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
-    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
-    "critic.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "reward_model.ulysses_sequence_parallel_size": (1, _NO_SP),
     "reward_model.model.fsdp_config.ulysses_sequence_parallel_size": (1, _NO_SP),
     "reward_model.reward_loop_source": ("register", _REGISTER_ONLY),
@@ -188,6 +197,7 @@ def convert_verl_keys(config: Any) -> list[str]:
     notes += _convert_reward_aliases(config)
     notes += _convert_reward_kwargs(config)
     notes += _convert_optim_aliases(config)
+    notes += _convert_sequence_parallel(config)
     notes += convert_rollout_pool(config)
     return notes
 
@@ -288,6 +298,29 @@ def _convert_optim_aliases(config: Any) -> list[str]:
         )
         set_key(config, target, value)
         notes.append(f"{alias}={value!r} -> {target}")
+    return notes
+
+
+def _convert_sequence_parallel(config: Any) -> list[str]:
+    """``fsdp_config.ulysses_sequence_parallel_size`` (verl 0.9's spelling) above 1 -> the role's key.
+    The reference runs in the actor's process groups, so it follows an actor size converted here
+    unless it was given a size of its own; the engine spelling then mirrors the size in effect (a
+    value below 1 is left for the range check to name)."""
+    ref = "actor_rollout_ref.ref.ulysses_sequence_parallel_size"
+    notes = []
+    for alias, target in SP_ALIASES.items():
+        value, current = get_key(config, alias), get_key(config, target)
+        if value < 1 or value == current:
+            continue
+        if value > 1:
+            check(
+                current == 1, alias, f"the same value as {target}={current} (both spellings are set)", value
+            )
+            set_key(config, target, value)
+            notes.append(f"{alias}={value} -> {target}")
+            if alias.startswith("actor_rollout_ref.actor.") and get_key(config, ref) == current:
+                set_key(config, ref, value)
+        set_key(config, alias, get_key(config, target))
     return notes
 
 

@@ -175,9 +175,6 @@ def test_no_key_is_both_read_and_listed_inert():
 
 
 REFUSAL_EXAMPLES = {
-    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "2",
-    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "4",
-    "critic.model.fsdp_config.ulysses_sequence_parallel_size": "2",
     "reward_model.ulysses_sequence_parallel_size": "2",
     "reward_model.model.fsdp_config.ulysses_sequence_parallel_size": "2",
     "actor_rollout_ref.rollout.multi_turn.function_tool_path": "/tmp/tools.py",
