@@ -45,6 +45,8 @@ LAYERS = {
     "verl.trainer.rm_trainer": "entry",
     "verl.trainer.fsdp_sft_trainer": "entry",
     "verl.experimental.one_step_off_policy.main_ppo": "entry",
+    "verl.experimental.fully_async_policy.fully_async_main": "entry",
+    "verl.experimental.async_entry": "entry",
     "verl.doctor": "entry",
 }
 """Module prefix -> layer; a module belongs to the layer of its longest matching prefix."""

@@ -3,10 +3,12 @@ the top-level ``rollout`` section of verl's asynchronous entry points (the rollo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from verl.config.base import (
+    FRACTION,
     NON_NEGATIVE,
     POSITIVE,
     ConfigError,
@@ -44,6 +46,43 @@ class AsyncTrainingConfig:
     filesystem (safetensors under weight_dir, for disaggregated machines)."""
     weight_dir: str | None = None
     """Directory for weight_transport=filesystem (shared by trainer and rollout machines)."""
+    # ---- verl's fully-async keys (python -m verl.experimental.fully_async_policy.fully_async_main)
+    staleness_threshold: float | None = ranged(None, NON_NEGATIVE)
+    """verl's fully-async bound: between two weight syncs the rollout may submit (1 + this) x
+    trigger_parameter_sync_step batches, counting those still unconsumed at the sync (whole batches,
+    rounded down); a consumed sample then lags by at most ceil(this) versions, which becomes
+    max_staleness. Null: max_staleness alone decides (one batch per step ahead for each version)."""
+    trigger_parameter_sync_step: int = ranged(1, at_least(1))
+    """Actor updates (steps) per weight sync: the rollout gets a new version every this many steps."""
+    require_batches: int = ranged(1, at_least(1))
+    """With staleness_threshold: a step trains on require_batches x actor.ppo_mini_batch_size prompts
+    (it sets data.train_batch_size, as verl's fully-async trainer ignores it)."""
+    use_rollout_log_probs: bool = False
+    """The rollout's log-probs are the old policy's (sets algorithm.rollout_correction.bypass_mode)."""
+    use_trainer_do_validate: bool = False
+    """verl validates on the trainer's devices with this; here validation runs on the rollout pool either way."""
+    use_dynamic_resource_scheduling: bool = False
+    """verl's hybrid replicas on the trainer's devices; not implemented (True is refused)."""
+    dynamic_schedule_policy: str = "default"
+    """Knob of verl's dynamic resource scheduling (no effect here)."""
+    dynamic_schedule_deactivate_ratio: float = ranged(0.3, FRACTION)
+    """Knob of verl's dynamic resource scheduling (no effect here)."""
+    dynamic_schedule_enable_rebalance: bool = True
+    """Knob of verl's dynamic resource scheduling (no effect here)."""
+    concurrent_samples_per_replica: int = ranged(16, at_least(1))
+    """verl's cap on requests per rollout replica; here each step's batch is one submission."""
+
+    @property
+    def lag_bound(self) -> float:
+        """The ``t`` of the window rule: staleness_threshold, else max_staleness."""
+        return self.max_staleness if self.staleness_threshold is None else self.staleness_threshold
+
+    @property
+    def window_batches(self) -> int:
+        """Batches the rollout may have submitted since the last weight sync, counting those still
+        unconsumed at it: ``floor((1 + t) x trigger_parameter_sync_step)``. With max_staleness m and one
+        step per sync it is m + 1, the trainer.mode=async rule."""
+        return max(1, math.floor((1 + self.lag_bound) * self.trigger_parameter_sync_step + 1e-9))
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
@@ -67,6 +106,16 @@ class RolloutPoolConfig:
     """Nodes of the rollout pool; here it spans the trainer's nodes, so it must equal trainer.nnodes."""
     n_gpus_per_node: int | None = ranged(None, at_least(1))
     """Rollout processes (devices) per node; becomes async_training.rollout_n_gpus."""
+    n: int | None = ranged(None, at_least(1))
+    """Listed in verl's fully-async preset, read by neither (responses per prompt: actor_rollout_ref.rollout.n)."""
+    total_rollout_steps: int | None = ranged(None, at_least(1))
+    """verl's fully async: prompts to generate in all; becomes trainer.total_training_steps (this // the
+    prompts a step trains on)."""
+    total_epochs: int | None = ranged(None, at_least(1))
+    """verl's fully async: passes over the data; becomes trainer.total_epochs."""
+    test_freq: int | None = ranged(None, at_least(-1))
+    """verl's fully async: validate every this many weight syncs; becomes trainer.test_freq (x
+    trigger_parameter_sync_step steps)."""
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
@@ -75,7 +124,7 @@ class RolloutPoolConfig:
 ROLLOUT_POOL_KEYS = ("rollout.nnodes", "rollout.n_gpus_per_node")
 
 
-def convert_rollout_pool(config: Any) -> list[str]:
+def _convert_pool(config: Any) -> list[str]:
     """``rollout.n_gpus_per_node`` -> ``async_training.rollout_n_gpus`` (in place), after checking that
     the run is asynchronous, that ``rollout.nnodes`` is the trainer's and that the two spellings of the
     pool size agree; returns the notes for the start-up log."""
@@ -106,6 +155,15 @@ def convert_rollout_pool(config: Any) -> list[str]:
         )
     async_cfg.rollout_n_gpus = pool.n_gpus_per_node
     return [f"rollout.n_gpus_per_node={pool.n_gpus_per_node} -> async_training.rollout_n_gpus"]
+
+
+def convert_rollout_pool(config: Any) -> list[str]:
+    """verl's keys of its asynchronous entry points, in place: the rollout pool (:func:`_convert_pool`)
+    and the fully-async keys (:func:`verl.config.fully_async.convert_fully_async`); the notes for the
+    start-up log."""
+    from verl.config.fully_async import convert_fully_async
+
+    return _convert_pool(config) + convert_fully_async(config)
 
 
 def check_hybrid_engine(config: Any) -> None:

@@ -29,6 +29,7 @@ from verl.config.compat import (
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
 from verl.config.distillation import DistillationConfig, check_distillation, distillation_inert_keys
+from verl.config.fully_async import INERT_KEYS as FULLY_ASYNC_INERT_KEYS
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS, GenRMRolloutConfig
 from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
 from verl.config.megatron import check_megatron_roles, strategy_inert_keys
@@ -510,7 +511,7 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
     """Keys the user set (on the command line) that have no effect with this backend and device."""
     inert = set(ALWAYS_INERT_KEYS + MEGATRON_INERT_KEYS)
     inert.update(strategy_inert_keys(config))
-    inert.update(distillation_inert_keys(config.distillation))
+    inert.update(distillation_inert_keys(config.distillation) + list(FULLY_ASYNC_INERT_KEYS))
     if device == "cpu":
         inert.update(GPU_ONLY_KEYS + tuple(_cpu_dtype_keys(config)))
     else:

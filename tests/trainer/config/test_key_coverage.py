@@ -20,6 +20,8 @@ import pytest
 
 from verl.config import compat
 from verl.config.base import ConfigError
+from verl.config.fully_async import FULLY_ASYNC_ONLY
+from verl.config.fully_async import INERT_KEYS as FULLY_ASYNC_INERT_KEYS
 from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
 from verl.config.megatron import NOT_YET, SECTIONS
 from verl.config.ppo_trainer import (
@@ -42,6 +44,7 @@ INERT = (
     *SERVER_ONLY_KEYS,
     *JUDGE_INERT_KEYS,
     *MEGATRON_INERT_KEYS,
+    *FULLY_ASYNC_INERT_KEYS,
 )
 # the Megatron keys whose feature the engine lacks: refused away from their default (verl/config/megatron.py)
 MEGATRON_REFUSED = tuple(f"{section}.{name}" for section in SECTIONS for name in NOT_YET)
@@ -59,6 +62,11 @@ SCHEMA_CHECKED = (
     "distillation.teacher_models",
     # only verl's one value, vanilla, is accepted (DistillationLossConfig.validate)
     "distillation.distillation_loss.policy_loss_mode",
+    # verl's fully-async keys: converted onto the async trainer's, or refused
+    # (verl/config/fully_async.py; tests/trainer/test_fully_async.py)
+    *FULLY_ASYNC_ONLY,
+    "async_training.staleness_threshold",
+    "async_training.use_dynamic_resource_scheduling",
 )
 # Keys that take effect through a property of the schema which the trainer reads (key -> property).
 READ_THROUGH_PROPERTIES = {

@@ -11,42 +11,13 @@ synchronous trainer's. verl's one-step-off scripts run unchanged; see docs/async
 
 from __future__ import annotations
 
-import sys
+from functools import partial
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-
-from verl.config.base import check
-from verl.config.cli import prepare_argv, user_errors_as_one_line
-from verl.config.compat import refuse_recipe_only_keys
-from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
-from verl.trainer.main_ppo import run_ppo
+from verl.experimental.async_entry import check_async_entry, run_async_entry
 
 CONFIG_NAME = "one_step_off_ppo_trainer"
-
-
-def check_one_step_off(config: PPOTrainerConfig | DictConfig) -> None:
-    """What this entry point needs of the composed config, typed or not (run before the schema's own
-    checks, whose message about a synchronous run would not name this entry point)."""
-    refuse_recipe_only_keys(config)
-    check(
-        config.trainer.mode == "async",
-        "trainer.mode",
-        "async under verl.experimental.one_step_off_policy.main_ppo (for the synchronous trainer run "
-        "python -m verl.trainer.main_ppo)",
-        config.trainer.mode,
-    )
-
-
-@hydra.main(config_path="../../trainer/config", config_name=CONFIG_NAME, version_base=None)
-def main(cfg: DictConfig) -> None:
-    with user_errors_as_one_line():
-        check_one_step_off(cfg)
-        config = to_typed_config(cfg)
-        run_ppo(config, list(HydraConfig.get().overrides.task))
-
+ENTRY = "verl.experimental.one_step_off_policy.main_ppo"
+check_one_step_off = partial(check_async_entry, entry=ENTRY)
 
 if __name__ == "__main__":
-    sys.argv[1:] = prepare_argv(sys.argv[1:], CONFIG_NAME, CONFIG_DIR, entry_check=check_one_step_off)
-    main()
+    run_async_entry(CONFIG_NAME, ENTRY)

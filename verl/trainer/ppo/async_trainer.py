@@ -95,8 +95,11 @@ class AsyncPPOTrainer(RayPPOTrainer):
             self.async_cfg.weight_dir = os.path.abspath(os.path.expanduser(self.async_cfg.weight_dir))
         self.policy_version = 0
         self.staleness_seen: list[int] = []  # every consumed sample, in order
+        self.consumed_generations: list[int] = []  # the index of every consumed generation, in order
         self._consumed_loader_state: dict | None = None
         self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
+        self._window_submitted = 0  # generations submitted since the last sync, or unconsumed at it
+        self._updates_since_sync = 0  # actor updates since the last publish (trigger_parameter_sync_step)
 
     def init_workers(self) -> None:
         self.wgs, self.pools = builders.build_async_worker_groups(self.config, self.device)
@@ -113,19 +116,24 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ producer
     def _batches(self) -> Iterator[InFlight]:
-        """Generations in the order they were submitted; each draw first tops up the generations in
-        flight to ``max_staleness + 1``. Generation ``g`` is seeded by ``g``; with one draw per step
-        (the core loop) ``g`` is the step it trains, none is submitted past the last step, and a
-        sample is at most ``max_staleness`` versions old when trained. A recipe that draws more per
-        step (``next_draw``) takes the next ones, which are fresher, and more are submitted as needed."""
+        """Generations in the order they were submitted; each draw first submits more while the
+        window allows (``async_training.window_batches`` since the last weight sync, counting those
+        unconsumed at it: ``max_staleness + 1`` per step for trainer.mode=async, verl's
+        ``(1 + staleness_threshold) x trigger_parameter_sync_step`` for its fully-async keys).
+        Generation ``g`` is seeded by ``g``; with one draw per step (the core loop) ``g`` is the step
+        it trains, none is submitted past the last step, and a sample is at most ``max_staleness``
+        versions old when trained. A recipe that draws more per step (``next_draw``) takes the next
+        ones, which are fresher, and more are submitted as needed."""
         prompts = super()._batches()
         in_flight = self._in_flight = deque()
+        self._window_submitted = 0
         submitted = self.global_steps - 1  # fit() has already counted the step about to run
         while True:
-            while len(in_flight) <= self.async_cfg.max_staleness and (
+            while (self._window_submitted < self.async_cfg.window_batches or not in_flight) and (
                 submitted < self.total_training_steps or not in_flight
             ):
                 submitted += 1
+                self._window_submitted += 1
                 in_flight.append(self._submit_generation(submitted, next(prompts)))
             yield in_flight.popleft()
 
@@ -154,6 +162,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         self._consumed_loader_state = pending.loader_state
+        self.consumed_generations.append(pending.index)
         with timed("reward", timing):
             self._compute_reward(batch, metrics)
         metrics.update(self._check_staleness(batch))
@@ -184,8 +193,16 @@ class AsyncPPOTrainer(RayPPOTrainer):
         }
 
     def sync_weights(self) -> dict[str, float]:
-        """After an actor update: publish the new version to the rollout pool."""
-        return {"rollout/weight_sync_mb": self._publish_weights()}
+        """After every ``trigger_parameter_sync_step``-th actor update: publish the next version to the
+        rollout pool, and open a new submission window (the generations still unconsumed count in it)."""
+        self._updates_since_sync += 1
+        if self._updates_since_sync < self.async_cfg.trigger_parameter_sync_step:
+            return {}
+        self._updates_since_sync = 0
+        self.policy_version += 1
+        megabytes = self._publish_weights()
+        self._window_submitted = len(self._in_flight)
+        return {"rollout/weight_sync_mb": megabytes}
 
     def _publish_weights(self) -> float:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps) by
@@ -211,7 +228,6 @@ class AsyncPPOTrainer(RayPPOTrainer):
         return state
 
     def _load_checkpoint(self) -> bool:
-        resumed = super()._load_checkpoint()
-        self.policy_version = max(0, self.global_steps - self.config.trainer.critic_warmup)
+        resumed = super()._load_checkpoint()  # restores policy_version (saved at a sync: save_freq % k == 0)
         self._publish_weights()  # the rollout starts from the actor's (possibly restored) weights
         return resumed

@@ -338,7 +338,7 @@ def build_async_worker_groups(
         # generations queued ahead must leave a thread free for the weight update
         "rollout_pool": (
             [async_cfg.rollout_n_gpus] * trainer.nnodes,
-            async_cfg.max_staleness + 2,
+            async_cfg.window_batches + 1,
             rollout_cpus,
         ),
     }

@@ -257,7 +257,6 @@ class RayPPOTrainer:
                 with timed("update_actor", timing):
                     metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
                 with timed("update_weights", timing):
-                    self.policy_version += 1
                     metrics.update(self.sync_weights())
         metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
@@ -281,8 +280,9 @@ class RayPPOTrainer:
         return batch
 
     def sync_weights(self) -> dict[str, float]:
-        """The colocated rollout takes the actor's weights as ``policy_version`` (each rank checks
-        its engine with a probe; rank 0's timings are reported)."""
+        """After an actor update, the colocated rollout takes the actor's weights as the next
+        ``policy_version`` (each rank checks its engine with a probe; rank 0's timings are reported)."""
+        self.policy_version += 1
         return self.actor_rollout_wg.update_weights(self.policy_version)[0]
 
     def _reward_baselines(self, batch: DataProto) -> None:
