@@ -6,7 +6,9 @@ Both train the embedded default (GRPO, 32 prompts x 8 samples, the tiny model):
 
 * sync: the hybrid engine, one worker process with 2 torch threads that generates, then trains;
 * async: a rollout process (1 thread) generating ahead while a trainer process (1 thread)
-  trains, ``max_staleness`` versions apart, with the decoupled PPO loss (TIS cap 2).
+  trains, ``max_staleness`` versions apart, with the decoupled PPO loss (TIS cap 2);
+* fully async (``--fully-async T K``): the same pools under verl's fully-async keys, a weight sync
+  every ``K`` updates and ``staleness_threshold=T`` (the fully_async_main preset's bypass loss).
 
 Each trains for the same wall-clock budget (after 3 warm-up steps), then runs greedy
 validation. Prints samples/s, steps, validation accuracy of each, and the throughput ratio
@@ -80,29 +82,49 @@ def main() -> None:
     parser.add_argument(
         "overrides", nargs="*", help="extra config overrides for both runs, e.g. data.max_response_length=48"
     )
+    parser.add_argument(
+        "--fully-async",
+        nargs=2,
+        metavar=("THRESHOLD", "SYNC_STEP"),
+        help="also run verl's fully-async keys: staleness_threshold and trigger_parameter_sync_step",
+    )
     args = parser.parse_args()
     common = ["trainer.n_gpus_per_node=1", "data.val_max_samples=200", *args.overrides]
-    sync = train_for([*common, "trainer.cpus_per_worker=2"], args.seconds)
-    async_ = train_for(
-        [
+    pools = [
+        f"trainer.cpus_per_worker={args.trainer_threads}",
+        "async_training.rollout_cpus_per_worker=1",
+        f"ray_init.num_cpus={args.trainer_threads + 1}",
+        "trainer.mode=async",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ]
+    runs = {
+        "sync": [*common, "trainer.cpus_per_worker=2"],
+        "async": [
             *common,
-            f"trainer.cpus_per_worker={args.trainer_threads}",
-            "async_training.rollout_cpus_per_worker=1",
-            f"ray_init.num_cpus={args.trainer_threads + 1}",
-            "trainer.mode=async",
+            *pools,
             f"async_training.max_staleness={args.max_staleness}",
-            "actor_rollout_ref.rollout.calculate_log_probs=True",
             "actor_rollout_ref.actor.tis_imp_ratio_cap=2.0",
         ],
-        args.seconds,
-    )
-    for name, r in (("sync", sync), ("async", async_)):
+    }
+    if args.fully_async:
+        threshold, sync_step = args.fully_async
+        runs["fully"] = [
+            *common,
+            *pools,
+            f"async_training.staleness_threshold={threshold}",
+            f"async_training.trigger_parameter_sync_step={sync_step}",
+            "async_training.use_rollout_log_probs=True",
+        ]
+    results = {name: train_for(overrides, args.seconds) for name, overrides in runs.items()}
+    for name, r in results.items():
         print(
             f"{name:6s} {r['samples_per_s']:7.1f} samples/s  {r['steps']:4d} steps in {args.seconds:.0f}s  "
             f"val acc {r['acc_before']:.3f} -> {r['acc_after']:.3f}"
         )
         print("       mean s/step: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["phases"].items())))
-    print(f"throughput ratio async/sync: {async_['samples_per_s'] / sync['samples_per_s']:.2f}")
+    for name in results.keys() - {"sync"}:
+        ratio = results[name]["samples_per_s"] / results["sync"]["samples_per_s"]
+        print(f"throughput ratio {name}/sync: {ratio:.2f}")
 
 
 if __name__ == "__main__":
