@@ -148,7 +148,7 @@ _APPEND = re.compile(r"^\+(?!\+)([^=~+][^=]*)=(.*)$", re.DOTALL)
 def normalize_overrides(overrides: list[str], schema: type) -> list[str]:
     """``+key=value`` -> ``key=value`` when the schema has ``key`` (verl scripts add keys verl's
     YAML lacks with ``+``; here they may already exist); a key of verl 0.9.1 the schema lacks ->
-    ``+verl_extras.key=value`` (:mod:`verl.config.verl_extras`). Other arguments are unchanged."""
+    ``++verl_extras.key=value`` (:mod:`verl.config.verl_extras`). Other arguments are unchanged."""
     out = []
     for arg in overrides:
         match = _APPEND.match(arg)

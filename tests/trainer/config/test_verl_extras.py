@@ -51,7 +51,7 @@ def test_every_verl_key_at_its_default_composes_and_each_extra_is_noted():
         ("actor_rollout_ref.actor.optim.optimizer=SGD", "only torch.optim.AdamW"),
         ("actor_rollout_ref.actor.fsdp_config.qat.enable=true", "quantization-aware training"),
         ("actor_rollout_ref.rollout.data_parallel_size=2", "parallel inference engines"),
-        ("actor_rollout_ref.model.lora.rank=8", "Megatron-style LoRA section"),
+        ("actor_rollout_ref.model.lora.type=dora", "only plain LoRA"),
         ("critic.model.lora_rank=8", "LoRA for the critic"),
         ("trainer.v1.sampler.max_off_policy_threshold=2", "v1 trainer"),
     ],
@@ -89,8 +89,8 @@ def test_the_command_line_routes_extra_keys_too():
         CONFIG_DIR,
     )
     assert argv == [
-        "+verl_extras.global_profiler.tool=nsys",
-        "+verl_extras.trainer.esi_redundant_time=5",
+        "++verl_extras.global_profiler.tool=nsys",
+        "++verl_extras.trainer.esi_redundant_time=5",
         "trainer.total_training_steps=2",
     ]
 
