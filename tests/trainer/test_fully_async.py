@@ -3,10 +3,13 @@ asynchronous trainer. The preset and the conversions (batch from require_batches
 total_rollout_steps, validation per sync), the errors naming the key, the submission window, verl's
 own DAPO line on two CPU processes with real vLLM servers, and a run with staleness_threshold=0.5 and
 a sync every 2 updates that learns the default task, never trains a sample beyond the bound, and
-trains every generation once and in order."""
+trains every generation once and in order; a rollout process killed mid-run is replaced and no
+generation is lost or trained twice."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +179,38 @@ def test_a_fully_async_run_learns_within_the_bound_and_trains_each_generation_on
     print(f"fully async run: {history}")
     first, best = history[0][1], max(acc for step, acc in history if step >= steps // 2)
     assert best >= first + MIN_GAIN, history
+
+
+class KillsTheRollout(AsyncPPOTrainer):
+    """SIGKILLs the rollout process once, right after step ``kill_after`` (generations are in flight)."""
+
+    kill_after = 2
+
+    def train_step(self, batch):
+        metrics = super().train_step(batch)
+        if self.global_steps == self.kill_after:
+            self.killed_pid = self.rollout_wg.pids[0]
+            os.kill(self.killed_pid, signal.SIGKILL)
+        return metrics
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_killed_rollout_process_is_replaced_and_no_generation_is_lost():
+    steps = 6
+    overrides = [
+        "trainer.n_gpus_per_node=1",
+        "trainer.logger=[console]",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "async_training.staleness_threshold=0.5",
+        "async_training.trigger_parameter_sync_step=2",
+    ]
+    config = load_config(overrides, config_name=CONFIG_NAME)
+    prepare_ppo_assets(config)
+    trainer = fit_trainer(config, KillsTheRollout)
+    assert trainer.rollout_restarts == 1
+    assert trainer.rollout_wg.pids[0] != trainer.killed_pid  # a new process generates
+    assert trainer.consumed_generations == list(range(1, steps + 1))  # each trained once, in order
+    assert trainer.policy_version == steps // 2

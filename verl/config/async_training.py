@@ -46,6 +46,10 @@ class AsyncTrainingConfig:
     filesystem (safetensors under weight_dir, for disaggregated machines)."""
     weight_dir: str | None = None
     """Directory for weight_transport=filesystem (shared by trainer and rollout machines)."""
+    rollout_max_restarts: int = ranged(3, NON_NEGATIVE)
+    """A rollout process that dies (killed, out of memory) is replaced this many times per run: the
+    rollout pool restarts with the current weights and the generations it held are submitted again,
+    while the trainer goes on (0: the run fails, as in the synchronous trainer)."""
     # ---- verl's fully-async keys (python -m verl.experimental.fully_async_policy.fully_async_main)
     staleness_threshold: float | None = ranged(None, NON_NEGATIVE)
     """verl's fully-async bound: between two weight syncs the rollout may submit (1 + this) x

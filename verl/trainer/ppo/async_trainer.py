@@ -40,6 +40,7 @@ import torch
 
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
+from verl.single_controller import WorkerDiedError
 from verl.trainer.ppo import builders
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
@@ -61,6 +62,7 @@ class InFlight:
     future: Any
     loader_state: dict
     weight_version: int = 0  # the policy version published when it was submitted
+    prompts: DataProto | None = None  # what was sent, to send again after a rollout restart
 
 
 def sample_staleness(
@@ -99,6 +101,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self._consumed_loader_state: dict | None = None
         self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
         self._window_submitted = 0  # generations submitted since the last sync, or unconsumed at it
+        self.rollout_restarts = 0  # rollout pools replaced after a process died (rollout_max_restarts)
         self._updates_since_sync = 0  # actor updates since the last publish (trigger_parameter_sync_step)
 
     def init_workers(self) -> None:
@@ -148,7 +151,48 @@ class AsyncPPOTrainer(RayPPOTrainer):
         if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
             prompts.meta_info["weight_version"] = self.policy_version
         future = self.rollout_client.generate_sequences(prompts, blocking=False)
-        return InFlight(index, batch, future, self.data.train.state_dict(), self.policy_version)
+        return InFlight(index, batch, future, self.data.train.state_dict(), self.policy_version, prompts)
+
+    def _responses(self, pending: InFlight) -> DataProto:
+        """The generation's responses; a rollout process that died on the way is replaced first."""
+        try:
+            return pending.future.get()
+        except WorkerDiedError as error:
+            self._restart_rollout(error, pending)
+            return pending.future.get()
+
+    def _restart_rollout(self, error: WorkerDiedError, pending: InFlight | None = None) -> None:
+        """Replace the rollout pool's processes, load the current weights, and submit every generation
+        they held again (same prompts and seeds; pinned to the current version), up to
+        ``async_training.rollout_max_restarts`` times; the trainer's state is untouched."""
+        limit = self.async_cfg.rollout_max_restarts
+        if self.rollout_restarts >= limit:
+            error.add_note(
+                f"(the rollout pool was restarted {limit} times: async_training.rollout_max_restarts)"
+            )
+            raise error
+        self.rollout_restarts += 1
+        again = [g for g in [pending, *self._in_flight] if g is not None]
+        logger.warning(
+            "step %d: a rollout process died (%s); restarting the rollout pool (%d of %d) and resubmitting "
+            "%d generations",
+            self.global_steps,
+            error,
+            self.rollout_restarts,
+            limit,
+            len(again),
+        )
+        self.rollout_client.close()
+        self.rollout_wg = builders.restart_rollout_group(self.config, self.wgs, self.pools)
+        self.rollout_client = builders.build_rollout_client(self.config, self.rollout_wg, self.tokenizer)
+        self.validator.rollout_client = self.rollout_client
+        for generation in again:  # older versions died with the old processes
+            generation.weight_version = self.policy_version
+            if "weight_version" in generation.prompts.meta_info:
+                generation.prompts.meta_info["weight_version"] = self.policy_version
+        self._publish_weights()
+        for generation in again:
+            generation.future = self.rollout_client.generate_sequences(generation.prompts, blocking=False)
 
     # ------------------------------------------------------------------ phases
     def rollout_phase(
@@ -157,7 +201,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         """Wait for this step's responses (``timing_s/gen`` is the time the trainer waited),
         score them, and check how stale they are."""
         with timed("gen", timing):
-            output = pending.future.get()
+            output = self._responses(pending)
         batch = pending.batch
         metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
@@ -190,6 +234,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
             "async/mid_sequence_update_frac": float((span > 0).float().mean()),
             "async/dropped_samples": float(stale.sum()),
             "async/policy_version": float(self.policy_version),
+            "async/rollout_restarts": float(self.rollout_restarts),
         }
 
     def sync_weights(self) -> dict[str, float]:
@@ -214,7 +259,12 @@ class AsyncPPOTrainer(RayPPOTrainer):
         keep_from = None  # partial rollout: swapped in at once, mid-batch
         if not cfg.partial_rollout:  # kept until the batches submitted with older versions have run
             keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
-        self.rollout_wg.receive_weights(parcel, keep_from)
+        try:
+            self.rollout_wg.receive_weights(parcel, keep_from)
+        except WorkerDiedError as error:  # the restarted pool is sent these weights anew
+            transport_of(parcel).discard(parcel)
+            self._restart_rollout(error)
+            return parcel.megabytes
         transport_of(parcel).discard(parcel)  # every rollout rank holds it now
         return parcel.megabytes
 

@@ -18,12 +18,10 @@ import ray
 import torch
 
 from verl.config.actor import ActorRolloutRefConfig, ModelConfig
-from verl.config.base import ConfigError
-from verl.config.distillation import teacher_plan
 from verl.config.genrm import JUDGE_ROLLOUT_KEYS
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
-from verl.trainer.ppo.teachers import GROUP_PREFIX
+from verl.trainer.ppo.teachers import build_teacher_groups, teacher_group_names
 from verl.utils.model import TokenizerSource, load_tokenizer_from, resolve_tokenizer_source
 from verl.workers.rollout.client import RolloutClient, WorkerGroupClient
 
@@ -153,7 +151,7 @@ def build_worker_groups(
             )
         )
         groups.update(_reward_model_pool_groups(config, device, pools))
-        groups.update(_teacher_groups(config, device, pools))
+        groups.update(build_teacher_groups(config, device, pools, tokenizer_source(config)))
         for name in ("reward_model", "critic", "actor_rollout", *teacher_group_names(groups)):
             if name in groups:
                 groups[name].init_model()
@@ -180,57 +178,6 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
         {"reward_model": _reward_model_worker(config)},
         call_timeout_s=trainer.worker_call_timeout_s,
         setup_timeout_s=trainer.ray_wait_register_center_timeout,
-    )
-
-
-def _teacher_groups(config: PPOTrainerConfig, device: str, pools: list[RayResourcePool]) -> dict:
-    """``distillation.enabled``: each teacher on its share of the teachers' pool (appended to
-    ``pools``), as ``teacher:<key>`` (:class:`verl.workers.teacher.TeacherWorker`)."""
-    from verl.workers.teacher import TeacherWorker, teacher_config
-
-    distill = config.distillation
-    if not distill.enabled:
-        return {}
-    topk = distill.distillation_loss.topk if distill.distillation_loss.uses_topk else None
-    groups = {}
-    for teacher in teacher_plan(distill):
-        per_node = teacher_processes_per_node(teacher.processes, distill.nnodes, distill.n_gpus_per_node)
-        pool = RayResourcePool(
-            per_node,
-            use_gpu=device == "cuda",
-            name_prefix=f"teacher_pool_{teacher.key}",
-            cpus_per_process=config.trainer.cpus_per_worker,
-        )
-        pools.append(pool)
-        worker = RayClassWithInitArgs(
-            TeacherWorker,
-            teacher_config(config.actor_rollout_ref, teacher.model_path),
-            topk=topk,
-            tokenizer=tokenizer_source(config),
-        )
-        created = create_colocated_worker_groups(
-            pool,
-            {"teacher": worker},
-            call_timeout_s=config.trainer.worker_call_timeout_s,
-            setup_timeout_s=config.trainer.ray_wait_register_center_timeout,
-        )
-        groups[f"{GROUP_PREFIX}{teacher.key}"] = created["teacher"]
-    return groups
-
-
-def teacher_group_names(groups: dict[str, Any]) -> list[str]:
-    return [name for name in groups if name.startswith(GROUP_PREFIX)]
-
-
-def teacher_processes_per_node(processes: int, nnodes: int, per_node: int) -> list[int]:
-    """A teacher's share of the teachers' pool as processes per node: whole nodes, or part of one."""
-    if processes % per_node == 0:
-        return [per_node] * (processes // per_node)
-    if nnodes == 1:
-        return [processes]
-    raise ConfigError(
-        f"distillation.teacher_models: a teacher of {processes} processes on {nnodes} nodes of {per_node}; "
-        "with several nodes each teacher must fill whole nodes (num_replicas x replica size)"
     )
 
 
@@ -335,10 +282,9 @@ def build_async_worker_groups(
     rollout_cpus = async_cfg.rollout_cpus_per_worker or trainer.cpus_per_worker
     layouts = {
         "trainer_pool": ([trainer.n_gpus_per_node] * trainer.nnodes, 1, trainer.cpus_per_worker),
-        # generations queued ahead must leave a thread free for the weight update
         "rollout_pool": (
             [async_cfg.rollout_n_gpus] * trainer.nnodes,
-            async_cfg.window_batches + 1,
+            _rollout_concurrency(config),
             rollout_cpus,
         ),
     }
@@ -358,11 +304,38 @@ def build_async_worker_groups(
                 )
             )
         groups.update(_reward_model_pool_groups(config, device, pools))
-        groups.update(_teacher_groups(config, device, pools))
+        groups.update(build_teacher_groups(config, device, pools, tokenizer_source(config)))
         for name in ("reward_model", "critic", "actor", "rollout", *teacher_group_names(groups)):
             if name in groups:
                 groups[name].init_model()
     return groups, pools
+
+
+def _rollout_concurrency(config: PPOTrainerConfig) -> int:
+    """Calls at a time per rollout process: the generations the window lets queue, plus a thread
+    free for the weight update."""
+    return config.async_training.window_batches + 1
+
+
+def restart_rollout_group(
+    config: PPOTrainerConfig, groups: dict[str, Any], pools: list[RayResourcePool]
+) -> Any:
+    """The async trainer's rollout pool after one of its processes died: every process of the old
+    group ended, new ones started on the same placement with the model loaded (``groups["rollout"]``
+    replaced); the caller sends them the weights."""
+    groups["rollout"].shutdown()
+    pool = next(p for p in pools if p.name_prefix == "rollout_pool")
+    trainer = config.trainer
+    created = create_colocated_worker_groups(
+        pool,
+        _async_class_dict(config, "rollout_pool"),
+        call_timeout_s=trainer.worker_call_timeout_s,
+        max_concurrency=_rollout_concurrency(config),
+        setup_timeout_s=trainer.ray_wait_register_center_timeout,
+    )
+    created["rollout"].init_model()
+    groups["rollout"] = created["rollout"]
+    return created["rollout"]
 
 
 def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, RayClassWithInitArgs]:

@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.config.base import ConfigError
+from verl.config.distillation import teacher_plan
 from verl.protocol import DataProto
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
 from verl.workers.forward import POLICY_INPUT_KEYS
 
 GROUP_PREFIX = "teacher:"
@@ -64,3 +67,52 @@ class Teachers:
             )
         rows = {key: np.flatnonzero(values == key) for key in self.groups}
         return {key: idx for key, idx in rows.items() if len(idx)}
+
+
+def build_teacher_groups(
+    config: Any, device: str, pools: list[RayResourcePool], tokenizer: Any
+) -> dict[str, Any]:
+    """``distillation.enabled``: each teacher on its share of the teachers' pool (the pools are
+    appended to ``pools``), as ``teacher:<key>`` (:class:`verl.workers.teacher.TeacherWorker`);
+    ``tokenizer``: the policy's tokenizer source, which a teacher shares."""
+    from verl.workers.teacher import TeacherWorker, teacher_config
+
+    distill = config.distillation
+    if not distill.enabled:
+        return {}
+    topk = distill.distillation_loss.topk if distill.distillation_loss.uses_topk else None
+    trainer, groups = config.trainer, {}
+    for teacher in teacher_plan(distill):
+        per_node = teacher_processes_per_node(teacher.processes, distill.nnodes, distill.n_gpus_per_node)
+        pool = RayResourcePool(
+            per_node,
+            use_gpu=device == "cuda",
+            name_prefix=f"teacher_pool_{teacher.key}",
+            cpus_per_process=trainer.cpus_per_worker,
+        )
+        pools.append(pool)
+        model = teacher_config(config.actor_rollout_ref, teacher.model_path)
+        created = create_colocated_worker_groups(
+            pool,
+            {"teacher": RayClassWithInitArgs(TeacherWorker, model, topk=topk, tokenizer=tokenizer)},
+            call_timeout_s=trainer.worker_call_timeout_s,
+            setup_timeout_s=trainer.ray_wait_register_center_timeout,
+        )
+        groups[f"{GROUP_PREFIX}{teacher.key}"] = created["teacher"]
+    return groups
+
+
+def teacher_group_names(groups: dict[str, Any]) -> list[str]:
+    return [name for name in groups if name.startswith(GROUP_PREFIX)]
+
+
+def teacher_processes_per_node(processes: int, nnodes: int, per_node: int) -> list[int]:
+    """A teacher's share of the teachers' pool as processes per node: whole nodes, or part of one."""
+    if processes % per_node == 0:
+        return [per_node] * (processes // per_node)
+    if nnodes == 1:
+        return [processes]
+    raise ConfigError(
+        f"distillation.teacher_models: a teacher of {processes} processes on {nnodes} nodes of {per_node}; "
+        "with several nodes each teacher must fill whole nodes (num_replicas x replica size)"
+    )
