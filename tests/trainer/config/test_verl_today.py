@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import load_config
 from verl.config.verl_extras import check_verl_extras
 from verl.trainer.main_ppo import run_ppo
+from verl.trainer.main_ppo_sync import check_sync_entry
 
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
@@ -307,3 +310,23 @@ def test_the_veomni_optimizers_spelling_of_adamw_is_adamw():
     config = load_config(overrides)
     (note,) = [n for n in log_config_notes(config, "cpu", overrides) if "no effect" in n]
     assert f"{ACTOR}.optim.optimizer" in note
+
+
+# ---------------------------------------------------------------- python -m verl.trainer.main_ppo_sync
+def test_the_sync_entry_accepts_what_main_ppo_runs_synchronously():
+    check_sync_entry(load_config([VEOMNI]))  # trainer.mode=sync is the default
+
+
+def test_the_sync_entry_refuses_the_asynchronous_mode_in_one_line_naming_itself():
+    run = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo_sync", "trainer.mode=async"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "Error in the config: trainer.mode: expected sync under verl.trainer.main_ppo_sync (for the "
+        "asynchronous trainer run python -m verl.trainer.main_ppo trainer.mode=async), got 'async'"
+    )
