@@ -65,6 +65,16 @@ class InFlight:
     prompts: DataProto | None = None  # what was sent, to send again after a rollout restart
 
 
+@dataclass
+class Finished:
+    """The future of a generation that already has its responses (kept in a checkpoint)."""
+
+    output: DataProto
+
+    def get(self, timeout_s: float | None = None) -> DataProto:
+        return self.output
+
+
 def sample_staleness(
     response_versions: torch.Tensor, current_version: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,7 +108,6 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.policy_version = 0
         self.staleness_seen: list[int] = []  # every consumed sample, in order
         self.consumed_generations: list[int] = []  # the index of every consumed generation, in order
-        self._consumed_loader_state: dict | None = None
         self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
         self._window_submitted = 0  # generations submitted since the last sync, or unconsumed at it
         self.rollout_restarts = 0  # rollout pools replaced after a process died (rollout_max_restarts)
@@ -128,9 +137,8 @@ class AsyncPPOTrainer(RayPPOTrainer):
         versions old when trained. A recipe that draws more per step (``next_draw``) takes the next
         ones, which are fresher, and more are submitted as needed."""
         prompts = super()._batches()
-        in_flight = self._in_flight = deque()
-        self._window_submitted = 0
-        submitted = self.global_steps - 1  # fit() has already counted the step about to run
+        in_flight = self._in_flight  # after a resume, the generations the checkpoint kept come first
+        submitted = self.global_steps - 1 + len(in_flight)  # fit() has already counted the step about to run
         while True:
             while (self._window_submitted < self.async_cfg.window_batches or not in_flight) and (
                 submitted < self.total_training_steps or not in_flight
@@ -172,7 +180,9 @@ class AsyncPPOTrainer(RayPPOTrainer):
             )
             raise error
         self.rollout_restarts += 1
-        again = [g for g in [pending, *self._in_flight] if g is not None]
+        again = [
+            g for g in [pending, *self._in_flight] if g is not None and not isinstance(g.future, Finished)
+        ]
         logger.warning(
             "step %d: a rollout process died (%s); restarting the rollout pool (%d of %d) and resubmitting "
             "%d generations",
@@ -205,7 +215,6 @@ class AsyncPPOTrainer(RayPPOTrainer):
         batch = pending.batch
         metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        self._consumed_loader_state = pending.loader_state
         self.consumed_generations.append(pending.index)
         with timed("reward", timing):
             self._compute_reward(batch, metrics)
@@ -270,12 +279,20 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     def _driver_state(self) -> dict:
-        """As in sync, but the data position is that of the last consumed batch: prompts drawn
-        for generations still in flight are drawn (and generated) again after a resume."""
+        """As in sync, plus the generations in flight, waited for and kept with their responses (and
+        the submission window): a resume trains on exactly the samples the uninterrupted run trains
+        on, though the weights that generated them are not in the checkpoint. The data position is
+        the one after their prompts."""
         state = super()._driver_state()
-        if self._consumed_loader_state is not None:
-            state["dataloader"] = self._consumed_loader_state
+        for generation in self._in_flight:
+            generation.future = Finished(self._responses(generation))
+        state["in_flight"] = list(self._in_flight)
+        state["window_submitted"] = self._window_submitted
         return state
+
+    def _restore_driver_state(self, state: dict) -> None:
+        self._in_flight = deque(state.get("in_flight", []))
+        self._window_submitted = state.get("window_submitted", len(self._in_flight))
 
     def _load_checkpoint(self) -> bool:
         resumed = super()._load_checkpoint()  # restores policy_version (saved at a sync: save_freq % k == 0)

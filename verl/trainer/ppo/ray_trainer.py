@@ -429,5 +429,9 @@ class RayPPOTrainer:
         self.nan_steps = dict(state["nan_steps"])
         self.validator.history = list(state["validation_history"])
         checkpoint.set_rng_state(state["rng"])
+        self._restore_driver_state(state)
         logger.info("resumed from %s (step %d)", folder, self.global_steps)
         return True
+
+    def _restore_driver_state(self, state: dict) -> None:
+        """What a subclass adds to :meth:`_driver_state` is restored here (nothing in sync)."""
