@@ -76,8 +76,15 @@ def test_the_same_pool_in_both_spellings_is_accepted():
     assert config.trainer.mode == "async"
 
 
-def test_the_entry_point_refuses_the_synchronous_mode_in_one_line():
-    cmd = [sys.executable, "-m", "verl.experimental.one_step_off_policy.main_ppo", "trainer.mode=sync"]
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "verl.experimental.one_step_off_policy.main_ppo",
+        "verl.experimental.fully_async_policy.fully_async_main",
+    ],
+)
+def test_an_async_entry_point_refuses_the_synchronous_mode_in_one_line(entry):
+    cmd = [sys.executable, "-m", entry, "trainer.mode=sync"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].startswith("Error in the config: trainer.mode: expected async")

@@ -60,21 +60,22 @@ def _chunk_rows(head: torch.Tensor) -> int:
     return max(1, LOG_PROB_CHUNK_BYTES * len(head) // max(1, 4 * head.numel()))
 
 
-def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probs ``[b, R]`` of the response tokens from the head's outputs ``[b, R, V]``, a few rows
-    at a time: the fp32 logits and log-softmax of one chunk of rows exist at once, in forward and,
-    recomputed, in backward (the head's outputs are all autograd keeps). Rows are independent, so
-    the values and gradients are those of the whole batch at once, bit for bit."""
+def _by_row_chunks(fn, head: torch.Tensor, per_row: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``fn(head rows, per_row rows, temperature)`` a few rows at a time: the fp32 logits of one chunk
+    exist at once, in forward and, recomputed, in backward (the head's outputs are all autograd
+    keeps). Rows are independent, so values and gradients are those of the whole batch, bit for bit."""
     rows = _chunk_rows(head)
-    chunks = zip(head.split(rows), responses.split(rows))
+    chunks = zip(head.split(rows), per_row.split(rows))
     if not (torch.is_grad_enabled() and head.requires_grad):
-        return torch.cat([_token_log_probs(h, r, temperature) for h, r in chunks])
+        return torch.cat([fn(h, r, temperature) for h, r in chunks])
     return torch.cat(
-        [
-            checkpoint(_token_log_probs, h, r, temperature, use_reentrant=False, preserve_rng_state=False)
-            for h, r in chunks
-        ]
+        [checkpoint(fn, h, r, temperature, use_reentrant=False, preserve_rng_state=False) for h, r in chunks]
     )
+
+
+def response_token_log_probs(head: torch.Tensor, responses: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probs ``[b, R]`` of the response tokens from the head's outputs ``[b, R, V]``."""
+    return _by_row_chunks(_token_log_probs, head, responses, temperature)
 
 
 def _gathered_log_probs(head: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -83,17 +84,8 @@ def _gathered_log_probs(head: torch.Tensor, ids: torch.Tensor, temperature: floa
 
 def response_gathered_log_probs(head: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probs ``[b, R, K]`` of the tokens ``ids`` ``[b, R, K]`` at each response position (the
-    student's at a teacher's top-k tokens), a few rows at a time as :func:`response_token_log_probs`."""
-    rows = _chunk_rows(head)
-    chunks = zip(head.split(rows), ids.split(rows))
-    if not (torch.is_grad_enabled() and head.requires_grad):
-        return torch.cat([_gathered_log_probs(h, i, temperature) for h, i in chunks])
-    return torch.cat(
-        [
-            checkpoint(_gathered_log_probs, h, i, temperature, use_reentrant=False, preserve_rng_state=False)
-            for h, i in chunks
-        ]
-    )
+    student's at a teacher's top-k tokens)."""
+    return _by_row_chunks(_gathered_log_probs, head, ids, temperature)
 
 
 def response_topk(head: torch.Tensor, k: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
