@@ -414,11 +414,15 @@ ENGINE_ONLY_KEYS = (  # read by vllm/sglang only
 VLLM_INERT_KEYS = (  # with rollout.name=vllm, on every device
     "actor_rollout_ref.rollout.layered_summon",  # weights go over in one in-memory pass
     "actor_rollout_ref.rollout.offload_weights",  # hf rollout only; vllm frees memory by sleep()
+    "actor_rollout_ref.rollout.engine_kwargs.sglang",  # another engine's arguments
+    "actor_rollout_ref.rollout.engine_kwargs.trtllm",
 )
 SGLANG_INERT_KEYS = (  # with rollout.name=sglang
     "actor_rollout_ref.rollout.layered_summon",  # weights go over in buckets of update_weights_bucket_megabytes
     "actor_rollout_ref.rollout.offload_weights",  # hf rollout only; sglang frees memory by sleep()
     "actor_rollout_ref.rollout.disable_log_stats",  # set engine_kwargs.sglang.log_level instead
+    "actor_rollout_ref.rollout.engine_kwargs.vllm",  # another engine's arguments
+    "actor_rollout_ref.rollout.engine_kwargs.trtllm",
 )
 SGLANG_ONLY_KEYS = ("actor_rollout_ref.rollout.update_weights_bucket_megabytes",)
 VLLM_GPU_ONLY_KEYS = (  # vLLM's CPU build sizes its KV cache in bytes and has no sleep mode

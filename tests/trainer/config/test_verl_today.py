@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from verl.config import veomni
 from verl.config.base import ConfigError
@@ -19,6 +20,8 @@ from verl.config.ppo_trainer import load_config
 from verl.config.verl_extras import check_verl_extras
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.main_ppo_sync import check_sync_entry
+from verl.workers.rollout.sglang_rollout import engine_args as sglang_engine_args
+from verl.workers.rollout.vllm_rollout import VLLMRollout
 
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
@@ -330,3 +333,46 @@ def test_the_sync_entry_refuses_the_asynchronous_mode_in_one_line_naming_itself(
         "Error in the config: trainer.mode: expected sync under verl.trainer.main_ppo_sync (for the "
         "asynchronous trainer run python -m verl.trainer.main_ppo trainer.mode=async), got 'async'"
     )
+
+
+# ---------------------------------------------------------------- rollout.engine_kwargs.*
+ROLLOUT = "actor_rollout_ref.rollout"
+
+
+def test_sglang_engine_kwargs_reach_the_engine_constructor_over_the_derived_arguments():
+    overrides = [
+        f"+{ROLLOUT}.engine_kwargs.sglang.attention_backend=fa3",
+        f"+{ROLLOUT}.engine_kwargs.sglang.mem_fraction_static=0.5",
+        f"+{ROLLOUT}.engine_kwargs.sglang.log_level=null",
+    ]
+    rollout = load_config(overrides).actor_rollout_ref.rollout
+    args = sglang_engine_args(rollout, "/models/m", seed=1, trust_remote_code=False, port=30000)
+    assert args["attention_backend"] == "fa3" and args["mem_fraction_static"] == 0.5
+    assert args["log_level"] == "warning"  # null: the rollout's own choice stays
+
+
+def test_vllm_engine_kwargs_reach_the_engine_constructor_and_a_null_is_dropped():
+    overrides = [
+        f"+{ROLLOUT}.engine_kwargs.vllm.swap_space=4",
+        f"+{ROLLOUT}.engine_kwargs.vllm.max_model_len=null",
+    ]
+    rollout = object.__new__(VLLMRollout)  # the arguments alone: building the engine needs vLLM
+    rollout.config = load_config(overrides).actor_rollout_ref.rollout
+    rollout.device, rollout.seed, rollout.lora, rollout.tp = torch.device("cuda"), 3, None, None
+    rollout.dummy_weights = True
+    args = rollout.engine_args("/models/m", trust_remote_code=False)
+    assert args["swap_space"] == 4 and args["max_model_len"] == 12  # prompt + response length
+    assert (args["seed"], args["load_format"]) == (3, "dummy")
+
+
+@pytest.mark.parametrize(("name", "other"), [("vllm", "sglang"), ("sglang", "vllm"), ("hf", "vllm")])
+def test_another_engines_kwargs_are_listed_as_inert(name, other):
+    overrides = [
+        f"{ROLLOUT}.name={name}",
+        f"+{ROLLOUT}.engine_kwargs.{other}.x=1",
+        f"+{ROLLOUT}.engine_kwargs.trtllm.y=2",
+    ]
+    config = load_config(overrides[1:])
+    config.actor_rollout_ref.rollout.name = name  # sglang refuses a machine without CUDA at validation
+    (note,) = [n for n in log_config_notes(config, "cuda", overrides) if "no effect" in n]
+    assert f"{ROLLOUT}.engine_kwargs.{other}.x" in note and f"{ROLLOUT}.engine_kwargs.trtllm.y" in note

@@ -52,6 +52,15 @@ def syncs_lora_adapter(config: RolloutConfig, model_config: Any) -> bool:
     )
 
 
+def user_engine_kwargs(config: RolloutConfig, engine: str) -> dict[str, Any]:
+    """``rollout.engine_kwargs.<engine>`` (``vllm``, ``sglang``), which the rollout passes to the
+    engine's constructor as given, over the arguments it derives from the rollout keys. A null value
+    is dropped, so the derived argument or the engine's own default stays (verl drops nulls for
+    vLLM too)."""
+    given = config.engine_kwargs.get(engine) or {}
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def prompt_token_ids(prompts: DataProto) -> list[list[int]]:
     """Each row's prompt ids without its left padding (what an engine takes)."""
     ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()

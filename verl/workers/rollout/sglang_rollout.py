@@ -34,7 +34,12 @@ from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
 from verl.utils.model import eos_token_ids
 from verl.workers.rollout.base import engine_dtype
-from verl.workers.rollout.engine_rollout import EngineRollout, engine_model_dir, prompt_token_ids
+from verl.workers.rollout.engine_rollout import (
+    EngineRollout,
+    engine_model_dir,
+    prompt_token_ids,
+    user_engine_kwargs,
+)
 from verl.workers.rollout.lifecycle import SGLangMemory
 from verl.workers.rollout.sampling import SamplingParams as Sampling
 from verl.workers.rollout.sampling import derived_seed
@@ -67,7 +72,7 @@ def engine_args(
         "port": port,
         "log_level": "warning",
     }
-    args.update(config.engine_kwargs.get("sglang", {}) or {})
+    args.update(user_engine_kwargs(config, "sglang"))
     return args
 
 

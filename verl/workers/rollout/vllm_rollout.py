@@ -53,6 +53,7 @@ from verl.workers.rollout.engine_rollout import (
     engine_model_dir,
     prompt_token_ids,
     syncs_lora_adapter,
+    user_engine_kwargs,
 )
 from verl.workers.rollout.lifecycle import VLLMMemory
 from verl.workers.rollout.probe import FingerprintSpec, vllm_fingerprint
@@ -224,7 +225,7 @@ class VLLMRollout(EngineRollout):
             dtype_bytes = getattr(torch, args["dtype"]).itemsize
             wanted = kv_cache_bytes_for(hf_config, cfg.max_num_seqs * max_model_len, dtype_bytes)
             args["kv_cache_memory_bytes"] = min(max(wanted, CPU_KV_CACHE_MIN_BYTES), CPU_KV_CACHE_CAP_BYTES)
-        args.update(cfg.engine_kwargs.get("vllm", {}) or {})
+        args.update(user_engine_kwargs(cfg, "vllm"))
         return args
 
     def _build_engine(self, model_path: str, trust_remote_code: bool):
