@@ -23,6 +23,7 @@ from verl.builtin.assets import prepare_ppo_assets
 from verl.config.base import ConfigError
 from verl.config.ppo_trainer import inert_keys, load_config
 from verl.experimental.fully_async_policy.fully_async_main import CONFIG_NAME, ENTRY, check_fully_async
+from verl.single_controller.ray.resource_pool import ResourcePoolError
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,3 +201,14 @@ def test_a_killed_rollout_process_is_replaced_and_no_generation_is_lost():
     assert trainer.rollout_wg.pids[0] != trainer.killed_pid  # a new process generates
     assert trainer.consumed_generations == list(range(1, steps + 1))  # each trained once, in order
     assert trainer.policy_version == steps // 2
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_rollout_pool_the_cluster_cannot_hold_is_refused_naming_its_key():
+    config = load_config(["trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=4"], config_name=CONFIG_NAME)
+    trainer = AsyncPPOTrainer(config)
+    try:
+        with pytest.raises(ResourcePoolError, match=r"'rollout_pool' needs 4 CPUs.*rollout\.n_gpus_per_node"):
+            trainer.init_workers()
+    finally:
+        trainer.close()

@@ -77,6 +77,7 @@ class RayResourcePool:
         name_prefix: prefix of the placement groups' names (shown in the Ray dashboard).
         max_colocate_count: how many separately created worker groups may share each bundle.
         cpus_per_process: CPUs reserved per bundle (fractions allowed).
+        size_key: the config key that sets the pool's size, named when the cluster cannot hold it.
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class RayResourcePool:
         name_prefix: str = "verl",
         max_colocate_count: int = 1,
         cpus_per_process: float = 1.0,
+        size_key: str = "trainer.n_gpus_per_node",
     ) -> None:
         if not process_on_nodes or any(n <= 0 for n in process_on_nodes):
             raise ValueError(f"process_on_nodes must list a positive count per node, got {process_on_nodes}")
@@ -94,6 +96,7 @@ class RayResourcePool:
         self.name_prefix = name_prefix
         self.max_colocate_count = max_colocate_count
         self.cpus_per_process = cpus_per_process
+        self.size_key = size_key
         self._pgs: list[PlacementGroup] | None = None
         self._warm_hosts: Any = None  # kept processes this pool's first worker group starts in
 
@@ -188,12 +191,12 @@ class RayResourcePool:
             raise ResourcePoolError(
                 f"resource pool {self.name_prefix!r} needs {need_cpu:g} CPUs "
                 f"({self.world_size} processes x {self.cpus_per_process:g}) but the Ray cluster has "
-                f"{total.get('CPU', 0):g}; lower trainer.n_gpus_per_node or the CPUs per process"
+                f"{total.get('CPU', 0):g}; lower {self.size_key} or the CPUs per process"
             )
         if self.use_gpu and total.get("GPU", 0) < self.world_size:
             raise ResourcePoolError(
                 f"resource pool {self.name_prefix!r} needs {self.world_size} GPUs but the Ray cluster has "
-                f"{total.get('GPU', 0):g}; set trainer.device=cpu or fewer trainer.n_gpus_per_node"
+                f"{total.get('GPU', 0):g}; set trainer.device=cpu or a smaller {self.size_key}"
             )
 
 

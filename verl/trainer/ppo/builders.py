@@ -132,7 +132,14 @@ def build_worker_groups(
     """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)
     (+the reward model, unless it has a pool of its own)."""
     trainer = config.trainer
-    pool = _pool(trainer.nnodes, trainer.n_gpus_per_node, device, "global_pool", trainer.cpus_per_worker)
+    pool = _pool(
+        trainer.nnodes,
+        trainer.n_gpus_per_node,
+        device,
+        "global_pool",
+        trainer.cpus_per_worker,
+        "trainer.n_gpus_per_node",
+    )
     role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
     class_dict = {"actor_rollout": _policy_worker(config, role)}
     if config.use_critic:
@@ -158,9 +165,15 @@ def build_worker_groups(
     return groups, pools
 
 
-def _pool(nnodes: int, per_node: int, device: str, name: str, cpus_per_process: float) -> RayResourcePool:
+def _pool(
+    nnodes: int, per_node: int, device: str, name: str, cpus_per_process: float, size_key: str
+) -> RayResourcePool:
     return RayResourcePool(
-        [per_node] * nnodes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus_per_process
+        [per_node] * nnodes,
+        use_gpu=device == "cuda",
+        name_prefix=name,
+        cpus_per_process=cpus_per_process,
+        size_key=size_key,
     )
 
 
@@ -171,7 +184,14 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
     if not (rm.enable and rm.enable_resource_pool):
         return {}
     trainer = config.trainer
-    pool = _pool(rm.nnodes, rm.n_gpus_per_node, device, "reward_model_pool", trainer.cpus_per_worker)
+    pool = _pool(
+        rm.nnodes,
+        rm.n_gpus_per_node,
+        device,
+        "reward_model_pool",
+        trainer.cpus_per_worker,
+        "reward_model.n_gpus_per_node",
+    )
     pools.append(pool)
     return create_colocated_worker_groups(
         pool,
@@ -281,18 +301,17 @@ def build_async_worker_groups(
     async_cfg = config.async_training
     rollout_cpus = async_cfg.rollout_cpus_per_worker or trainer.cpus_per_worker
     layouts = {
-        "trainer_pool": ([trainer.n_gpus_per_node] * trainer.nnodes, 1, trainer.cpus_per_worker),
+        "trainer_pool": (trainer.n_gpus_per_node, 1, trainer.cpus_per_worker, "trainer.n_gpus_per_node"),
         "rollout_pool": (
-            [async_cfg.rollout_n_gpus] * trainer.nnodes,
+            async_cfg.rollout_n_gpus,
             _rollout_concurrency(config),
             rollout_cpus,
+            "rollout.n_gpus_per_node (async_training.rollout_n_gpus)",
         ),
     }
     with _released_on_failure(pools, groups):
-        for name, (processes, concurrency, cpus) in layouts.items():
-            pool = RayResourcePool(
-                processes, use_gpu=device == "cuda", name_prefix=name, cpus_per_process=cpus
-            )
+        for name, (per_node, concurrency, cpus, size_key) in layouts.items():
+            pool = _pool(trainer.nnodes, per_node, device, name, cpus, size_key)
             pools.append(pool)
             groups.update(
                 create_colocated_worker_groups(

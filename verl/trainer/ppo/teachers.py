@@ -89,6 +89,7 @@ def build_teacher_groups(
             use_gpu=device == "cuda",
             name_prefix=f"teacher_pool_{teacher.key}",
             cpus_per_process=trainer.cpus_per_worker,
+            size_key="distillation.n_gpus_per_node",
         )
         pools.append(pool)
         model = teacher_config(config.actor_rollout_ref, teacher.model_path)
