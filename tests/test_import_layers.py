@@ -41,6 +41,7 @@ LAYERS = {
     "verl.builtin": "builtin",
     "verl.trainer.main_ppo": "entry",
     "verl.trainer.main_generation_server": "entry",
+    "verl.trainer.main_ppo_sync": "entry",
     "verl.trainer.sft_trainer": "entry",
     "verl.trainer.rm_trainer": "entry",
     "verl.trainer.fsdp_sft_trainer": "entry",

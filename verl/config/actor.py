@@ -94,7 +94,8 @@ class ModelConfig:
 class ActorConfig:
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2 (both the FSDP2 engine; one rank runs plain torch) | megatron (the
-    megatron-core engine, configured by the megatron section; model_engine=megatron sets it)."""
+    megatron-core engine, configured by the megatron section; model_engine=megatron sets it) | veomni
+    (verl's VeOmni engine: runs on the FSDP2 engine, its veomni.* keys converted; model_engine=veomni)."""
     ppo_mini_batch_size: int = ranged(256, POSITIVE)
     """Prompts per optimizer step (multiplied by rollout.n inside the trainer)."""
     ppo_micro_batch_size: int | None = ranged(None, POSITIVE)

@@ -45,8 +45,8 @@ class CriticConfig:
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2 (both the FSDP2 engine) | megatron (the megatron-core engine,
-    configured by critic.megatron). Chosen apart from the actor's, as in verl; model_engine=megatron
-    sets both."""
+    configured by critic.megatron) | veomni (runs on the FSDP2 engine). Chosen apart from the actor's,
+    as in verl; model_engine=megatron (or veomni) sets both."""
     enable: bool | None = None
     """Whether a critic is trained: null = only when the estimator needs values (gae); True forces one
     (it learns the returns; advantages still come from the estimator); False with gae is refused."""

@@ -139,8 +139,7 @@ class FSDPConfig:
     ulysses_sequence_parallel_size: int = ranged(1, POSITIVE)
     """The SFT trainer's sequence-parallel size (verl 0.9's engine spelling): each packed row split over
     this many ranks, a group of them training on the same rows; needs model.use_remove_padding=True.
-    RL roles refuse it here: set actor_rollout_ref.actor.ulysses_sequence_parallel_size or
-    critic.ulysses_sequence_parallel_size."""
+    RL roles: above 1 it is converted onto the role's ulysses_sequence_parallel_size (noted at start-up)."""
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
