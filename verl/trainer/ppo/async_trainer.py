@@ -24,6 +24,15 @@ log-probs the trainer recomputes (``old_log_probs``), and each token is weighted
 truncated importance weight ``min(pi_prox / pi_behav, actor.tis_imp_ratio_cap)`` with the
 behaviour log-probs from the rollout (``rollout_log_probs``). With ``max_staleness=0`` the
 run is numerically the synchronous one.
+
+verl's one-step-off and fully-async entry points are this trainer under presets: the rule above is
+one case of a submission window (``async_training.window_batches`` generations per weight sync,
+counting those unconsumed at it), and with ``trigger_parameter_sync_step`` k the weights are
+published every k updates (:mod:`verl.config.fully_async`). The driver owns the policy version; a
+checkpoint keeps it and the generations in flight with their responses, so a resume trains exactly
+what the uninterrupted run would have. A rollout process that dies is replaced (the pool restarts
+with the current weights and its generations are submitted again), up to
+``async_training.rollout_max_restarts`` times.
 """
 
 from __future__ import annotations
