@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from verl.config.async_training import convert_rollout_pool
 from verl.config.base import ConfigError, check
-from verl.config.keypaths import get_key, is_schema_key, set_key
+from verl.config.keypaths import get_key, is_schema_key, set_key, within_schema
 from verl.config.verl_extras import route_override
 
 __all__ = [
@@ -143,17 +143,23 @@ RECIPE_ONLY_KEYS: dict[str, str] = {
 # ---------------------------------------------------------------------------- dotted access
 # ---------------------------------------------------------------------------- overrides
 _APPEND = re.compile(r"^\+(?!\+)([^=~+][^=]*)=(.*)$", re.DOTALL)
+_PLAIN = re.compile(r"^([^=~+][^=]*)=(.*)$", re.DOTALL)
 
 
 def normalize_overrides(overrides: list[str], schema: type) -> list[str]:
     """``+key=value`` -> ``key=value`` when the schema has ``key`` (verl scripts add keys verl's
-    YAML lacks with ``+``; here they may already exist); a key of verl 0.9.1 the schema lacks ->
+    YAML lacks with ``+``; here they may already exist); ``key=value`` inside a free-form dict of the
+    schema (``rollout.engine_kwargs.sglang.attention_backend``) -> ``++key=value``, added or replaced
+    whether or not the dict has it yet; a key of verl 0.9.1 the schema lacks ->
     ``++verl_extras.key=value`` (:mod:`verl.config.verl_extras`). Other arguments are unchanged."""
     out = []
     for arg in overrides:
         match = _APPEND.match(arg)
         if match and is_schema_key(schema, match.group(1)):
             arg = f"{match.group(1)}={match.group(2)}"
+        plain = _PLAIN.match(arg)
+        if plain and within_schema(schema, plain.group(1)) and not is_schema_key(schema, plain.group(1)):
+            arg = f"++{arg}"
         out.append(route_override(arg, schema))
     return out
 

@@ -376,3 +376,17 @@ def test_another_engines_kwargs_are_listed_as_inert(name, other):
     config.actor_rollout_ref.rollout.name = name  # sglang refuses a machine without CUDA at validation
     (note,) = [n for n in log_config_notes(config, "cuda", overrides) if "no effect" in n]
     assert f"{ROLLOUT}.engine_kwargs.{other}.x" in note and f"{ROLLOUT}.engine_kwargs.trtllm.y" in note
+
+
+def test_engine_kwargs_need_no_plus_as_in_verls_scripts():
+    """verl's gpt-oss line sets ``engine_kwargs.sglang.attention_backend=triton`` without ``+``: a key
+    inside a free-form dict of the schema is added (or replaced) whether or not the dict has it."""
+    config = load_config(
+        [
+            "actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton",
+            "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4",
+            "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=8",  # the later value wins
+        ]
+    )
+    kwargs = config.actor_rollout_ref.rollout.engine_kwargs
+    assert kwargs["sglang"] == {"attention_backend": "triton"} and kwargs["vllm"] == {"swap_space": 8}
