@@ -161,7 +161,7 @@ def _convert_pool(config: Any) -> list[str]:
     return [f"rollout.n_gpus_per_node={pool.n_gpus_per_node} -> async_training.rollout_n_gpus"]
 
 
-def convert_rollout_pool(config: Any) -> list[str]:
+def convert_async_keys(config: Any) -> list[str]:
     """verl's keys of its asynchronous entry points, in place: the rollout pool (:func:`_convert_pool`)
     and the fully-async keys (:func:`verl.config.fully_async.convert_fully_async`); the notes for the
     start-up log."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.config.async_training import convert_rollout_pool
+from verl.config.async_training import convert_async_keys
 from verl.config.base import ConfigError, check
 from verl.config.keypaths import get_key, is_schema_key, set_key, within_schema
 from verl.config.verl_extras import route_override
@@ -204,7 +204,7 @@ def convert_verl_keys(config: Any) -> list[str]:
     notes += _convert_reward_kwargs(config)
     notes += _convert_optim_aliases(config)
     notes += _convert_sequence_parallel(config)
-    notes += convert_rollout_pool(config)
+    notes += convert_async_keys(config)
     return notes
 
 

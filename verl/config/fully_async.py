@@ -24,9 +24,11 @@ are refused away from their defaults, naming the key.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 from verl.config.base import ConfigError, check
+from verl.config.keypaths import get_key
 
 FULLY_ASYNC_ONLY = (
     "async_training.require_batches",
@@ -47,12 +49,6 @@ INERT_KEYS = (
 """verl's fully-async keys that have no effect here (listed once in the start-up log)."""
 
 
-def _value(config: Any, key: str) -> Any:
-    section, name = key.split(".")
-    holder = config[section] if isinstance(config, dict) else getattr(config, section)
-    return getattr(holder, name)
-
-
 def convert_fully_async(config: Any) -> list[str]:
     """Check and convert (module doc); the notes."""
     cfg = config.async_training
@@ -70,14 +66,14 @@ def convert_fully_async(config: Any) -> list[str]:
     )
     _check_save_freq(config)
     if cfg.staleness_threshold is None:
-        defaults = {"async_training": type(cfg)(), "rollout": type(config.rollout)()}
+        defaults = SimpleNamespace(async_training=type(cfg)(), rollout=type(config.rollout)())
         for key in FULLY_ASYNC_ONLY:
             check(
-                _value(config, key) == _value(defaults, key),
+                get_key(config, key) == get_key(defaults, key),
                 key,
                 "its default unless async_training.staleness_threshold is set (verl's fully-async keys: "
                 "python -m verl.experimental.fully_async_policy.fully_async_main)",
-                _value(config, key),
+                get_key(config, key),
             )
         return []
     check(

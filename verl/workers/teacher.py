@@ -9,6 +9,8 @@ tokens' log-probs or, for ``forward_kl_topk``, its ``topk`` most likely tokens a
 
 from __future__ import annotations
 
+import copy
+
 from verl.config.actor import ActorRolloutRefConfig
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, register
@@ -52,8 +54,6 @@ class TeacherWorker(ActorRolloutRefWorker):
 def teacher_config(policy: ActorRolloutRefConfig, model_path: str) -> ActorRolloutRefConfig:
     """The policy's section, serving ``model_path`` as a reference: no adapters, no sequence parallelism
     (the teachers' pool need not match the actor's groups)."""
-    import copy
-
     config = copy.deepcopy(policy)
     config.model.path = model_path
     config.model.lora_rank, config.model.lora_adapter_path = 0, None
