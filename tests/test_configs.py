@@ -3,6 +3,8 @@ config; together the scripts cover every registered estimator and policy loss.""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.example_scripts import ENTRIES, REPO, SCRIPTS, load_script_config
@@ -12,6 +14,12 @@ from verl.config.base import ConfigError
 from verl.config.ppo_trainer import load_config
 
 
+@functools.cache
+def cpu_config(script):
+    """The script's CPU line as a config: loaded once for both tests that read it."""
+    return load_script_config(script, "cpu")
+
+
 def test_there_are_example_scripts():
     assert len(SCRIPTS) >= 10, SCRIPTS
 
@@ -19,7 +27,7 @@ def test_there_are_example_scripts():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
 @pytest.mark.parametrize("mode", ["gpu", "cpu"])
 def test_example_script_is_a_valid_config(script, mode):
-    config, overrides = load_script_config(script, *(["cpu"] if mode == "cpu" else []))
+    config, overrides = cpu_config(script) if mode == "cpu" else load_script_config(script)
     if mode == "gpu":
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
         assert config.data.train_files.endswith("gsm8k/train.parquet")
@@ -39,7 +47,7 @@ NOT_RUNNABLE = {"bypass_mode"}
 def test_scripts_cover_every_estimator_and_loss():
     estimators, losses = set(), set()
     for script in SCRIPTS:
-        config, _ = load_script_config(script, "cpu")
+        config, _ = cpu_config(script)
         estimators.add(config.algorithm.adv_estimator)
         losses.add(config.actor_rollout_ref.actor.policy_loss.loss_mode)
     assert estimators == set(ADV_ESTIMATOR_REGISTRY) - NOT_RUNNABLE

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.config import main_ppo_in_process
 from verl.config.base import ConfigError
 from verl.config.cli import user_errors_as_one_line
 from verl.utils.dataset.schema import DatasetError
@@ -40,17 +41,6 @@ def run(module: str, *args: str, tmp_path: Path, **env: str) -> subprocess.Compl
             "Error in the config: actor_rollout_ref.model.lora_rank: expected at least 0, got -8",
         ),
         (
-            "verl.trainer.main_ppo",
-            "trainer.total_training_steps=-3",
-            "Error in the config: trainer.total_training_steps: expected null or at least 1, got -3",
-        ),
-        (  # refused by Hydra itself, before the job starts
-            "verl.trainer.main_ppo",
-            "trainer.no_such_key=1",
-            "Error in the config: trainer.no_such_key: unknown key; this project does not read it "
-            "(--cfg job prints the keys it knows)",
-        ),
-        (
             "verl.trainer.sft_trainer",
             "optim.weight_decay=-1",
             "Error in the config: optim.weight_decay: expected at least 0, got -1.0",
@@ -66,7 +56,7 @@ def run(module: str, *args: str, tmp_path: Path, **env: str) -> subprocess.Compl
             "Error in the config: algorithm.gamma: expected a value in [0, 1], got 2.0",
         ),
     ],
-    ids=["ppo", "ppo-steps", "ppo-unknown-key", "sft", "rm", "dapo"],
+    ids=["ppo", "sft", "rm", "dapo"],
 )
 def test_a_bad_value_is_one_line_and_a_failed_exit(module, override, line, tmp_path):
     out = run(module, override, tmp_path=tmp_path)
@@ -76,16 +66,39 @@ def test_a_bad_value_is_one_line_and_a_failed_exit(module, override, line, tmp_p
     assert out.stderr.count("Error in the") == 1
 
 
-def test_hydra_full_error_shows_the_traceback(tmp_path):
-    out = run(
-        "verl.trainer.main_ppo",
-        "actor_rollout_ref.model.lora_rank=-8",
-        tmp_path=tmp_path,
-        HYDRA_FULL_ERROR="1",
-    )
-    assert out.returncode != 0
-    assert "Traceback" in out.stderr
-    assert "ConfigError: actor_rollout_ref.model.lora_rank: expected at least 0, got -8" in out.stderr
+# More of main_ppo's mistakes, run in this process: the same calls as the command line above.
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        (
+            "trainer.total_training_steps=-3",
+            "Error in the config: trainer.total_training_steps: expected null or at least 1, got -3",
+        ),
+        (  # refused by Hydra itself, before the job starts
+            "trainer.no_such_key=1",
+            "Error in the config: trainer.no_such_key: unknown key; this project does not read it "
+            "(--cfg job prints the keys it knows)",
+        ),
+    ],
+    ids=["ppo-steps", "ppo-unknown-key"],
+)
+def test_main_ppos_other_bad_values_are_one_line_and_a_failed_exit(override, line, monkeypatch, capsys):
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    with pytest.raises(SystemExit) as exit_:
+        main_ppo_in_process.run_job(override)
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == line, err[-3000:]
+    assert err.count("Error in the") == 1
+
+
+def test_hydra_full_error_raises_the_error_for_its_traceback(monkeypatch):
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(
+        ConfigError, match=r"^actor_rollout_ref\.model\.lora_rank: expected at least 0, got -8$"
+    ):
+        main_ppo_in_process.run_job("actor_rollout_ref.model.lora_rank=-8")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
+from tests.trainer.config import main_ppo_in_process
 from verl.config.base import ConfigError
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import PPOTrainerConfig, flatten, load_config
@@ -161,15 +162,11 @@ def test_cfg_job_prints_the_resolved_config():
     assert "adv_estimator: rloo" in out.stdout and "ppo_mini_batch_size: 32" in out.stdout
 
 
-def test_unknown_key_on_the_command_line_fails():
-    out = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", "trainer.no_such_key=1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode != 0
-    assert "no_such_key" in out.stderr
+def test_unknown_key_on_the_command_line_fails(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main_ppo_in_process.run_job("trainer.no_such_key=1")
+    assert exit_.value.code != 0
+    assert "no_such_key" in capsys.readouterr().err
 
 
 def _dataclass_fields_without_doc(path: Path) -> list[str]:

@@ -3,11 +3,9 @@ as inert, never silently dropped (verl/config/compat.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from tests.trainer.config import main_ppo_in_process
 from verl.config.base import ConfigError
 from verl.config.compat import refuse_recipe_only_keys
 from verl.config.notes import log_config_notes
@@ -255,31 +253,16 @@ def test_device_only_keys_are_listed_on_the_other_device_only(overrides, inert_o
         ),
     ],
 )
-def test_cfg_job_validates_values(args, message):
-    out = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *args, "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 1, out.stdout[-500:]
-    assert message in out.stderr
+def test_cfg_job_validates_values(args, message, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main_ppo_in_process.print_config(monkeypatch, *args)
+    out = capsys.readouterr()
+    assert exit_.value.code == 1, out.out[-500:]
+    assert message in out.err
 
 
-def test_cfg_job_accepts_plus_on_a_known_key_and_a_bare_logger():
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl.trainer.main_ppo",
-            "+actor_rollout_ref.model.torch_dtype=bfloat16",
-            "trainer.logger=console",
-            "--cfg",
-            "job",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_cfg_job_accepts_plus_on_a_known_key_and_a_bare_logger(monkeypatch, capsys):
+    main_ppo_in_process.print_config(
+        monkeypatch, "+actor_rollout_ref.model.torch_dtype=bfloat16", "trainer.logger=console"
     )
-    assert out.returncode == 0, out.stderr
-    assert "torch_dtype: bfloat16" in out.stdout
+    assert "torch_dtype: bfloat16" in capsys.readouterr().out
