@@ -13,7 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from verl.trainer.main_eval import load_eval_config, run_eval
+from verl.config.cli import check_argv, compose_config
+from verl.config.compat import strip_schema_plus
+from verl.config.ppo_trainer import CONFIG_DIR
+from verl.trainer import main_eval
+from verl.trainer.main_eval import EvalConfig, load_eval_config, run_eval
 from verl.utils.errors import UserInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -128,10 +132,12 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_command_line_prints_the_scores(scored_file, tmp_path):
-    run = run_cli(f"data.path={scored_file}", "ray_kwargs.ray_init.num_cpus=2", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip().splitlines()[-1] == str(EXPECTED)
+def test_the_command_line_prints_the_scores(scored_file, capsys):
+    """The calls of the module's ``__main__`` block, in this process (the test below runs the process)."""
+    argv = [f"data.path={scored_file}", "ray_kwargs.ray_init.num_cpus=2"]
+    argv = check_argv(strip_schema_plus(argv, EvalConfig), "evaluation", CONFIG_DIR, main_eval._load_for_cfg)
+    main_eval.main(compose_config(argv, "evaluation", CONFIG_DIR))
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(EXPECTED)
 
 
 def test_the_command_line_reports_an_unknown_key_in_one_line(tmp_path):
