@@ -30,15 +30,23 @@ SHORT = [
 LEARNED = {REPO / path for path in FAMILIES.values()} | {VLLM_LEARNED, LORA_SCRIPT}
 
 
+def _cases() -> list:
+    """The scripts as test cases, those whose CPU line starts a vLLM engine last and marked slow (left
+    out of -m 'not slow'): a run with an engine leaves no worker process to reuse, so the run after it
+    starts its workers afresh (15-20 s on two busy cores)."""
+    cases = []
+    for script in SCRIPTS:
+        if script in LEARNED:
+            continue
+        _, overrides = script_command(script, "cpu")
+        vllm = "actor_rollout_ref.rollout.name=vllm" in overrides
+        marks = [pytest.mark.slow] if vllm else []
+        cases.append((vllm, pytest.param(script, marks=marks, id=str(script.relative_to(REPO)))))
+    return [case for _, case in sorted(cases, key=lambda case: case[0])]
+
+
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
-def _case(script):
-    """A script as a test case; one whose CPU line starts a vLLM engine is slow (left out of -m 'not slow')."""
-    _, overrides = script_command(script, "cpu")
-    slow = "actor_rollout_ref.rollout.name=vllm" in overrides
-    return pytest.param(script, marks=[pytest.mark.slow] if slow else [], id=str(script.relative_to(REPO)))
-
-
-@pytest.mark.parametrize("script", [_case(s) for s in SCRIPTS if s not in LEARNED])
+@pytest.mark.parametrize("script", _cases())
 def test_script_trains_two_steps(script):
     entry, overrides = script_command(script, "cpu")
     name, config_dir = ENTRIES[entry]
