@@ -82,6 +82,24 @@ def test_config_the_recipe_cannot_run_is_refused():
         )
 
 
+# Before the asynchronous runs, which need pools of another shape: the synchronous runs start in
+# the worker processes this one leaves (VERL_REUSE_WORKER_PROCESSES, tests/conftest.py).
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_running_out_of_generation_batches_is_a_clear_error():
+    from verl.trainer.main_ppo import run_ppo
+
+    # every response scores 0 and no length penalty applies: no group is informative
+    overrides = [
+        "reward_model.overlong_buffer.enable=False",
+        "trainer.total_training_steps=1",
+        "algorithm.filter_groups.metric=seq_reward",
+        "algorithm.filter_groups.max_num_gen_batches=2",
+        "custom_reward_function.path=" + str(Path(__file__).with_name("zero_reward.py")),
+    ]
+    with pytest.raises(RuntimeError, match=r"max_num_gen_batches=2 reached at step 1 with 0 of 8"):
+        run_ppo(dapo_config(overrides), overrides, trainer_cls=RayDAPOTrainer)
+
+
 class Recording:
     """Mixed into the recipe's trainer: keeps what its rollout phase hands to the update."""
 
@@ -154,19 +172,3 @@ def test_dapo_learns_the_default_task_asynchronously():
     assert [step for step, _ in history] == list(range(0, DAPO_STEPS + 1, DAPO_STEPS // 4))
     best = max(acc for step, acc in history if step >= DAPO_STEPS // 2)
     assert best >= history[0][1] + MIN_GAIN, history
-
-
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-def test_running_out_of_generation_batches_is_a_clear_error():
-    from verl.trainer.main_ppo import run_ppo
-
-    # every response scores 0 and no length penalty applies: no group is informative
-    overrides = [
-        "reward_model.overlong_buffer.enable=False",
-        "trainer.total_training_steps=1",
-        "algorithm.filter_groups.metric=seq_reward",
-        "algorithm.filter_groups.max_num_gen_batches=2",
-        "custom_reward_function.path=" + str(Path(__file__).with_name("zero_reward.py")),
-    ]
-    with pytest.raises(RuntimeError, match=r"max_num_gen_batches=2 reached at step 1 with 0 of 8"):
-        run_ppo(dapo_config(overrides), overrides, trainer_cls=RayDAPOTrainer)
