@@ -101,6 +101,16 @@ def score_with_worker(folder, ranks: int, **overrides) -> DataProto:
         pool.release()
 
 
+# Before the two-rank case: the one-rank case below starts in the worker process this one leaves.
+def test_max_length_keeps_the_end_of_long_conversations(ray_session, tmp_path):
+    save_tiny_reward_model(tmp_path)
+    out = score_with_worker(tmp_path, 1, max_length=8)
+    # in the reward model's template "12+7==19=", "50+50==100=" and "23+45==6899=" are longer
+    # than 8 tokens; "3+4==7=", "1+1==2=" and "9+9===" are not
+    truncated = out.batch["rm_truncated"].tolist()
+    assert truncated == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+
+
 @pytest.mark.parametrize(
     "ranks, overrides",
     [
@@ -122,15 +132,6 @@ def test_worker_scores_equal_a_plain_transformers_forward(ray_session, tmp_path,
         assert torch.count_nonzero(torch.cat([rm_scores[row, :at], rm_scores[row, at + 1 :]])) == 0
     assert len(set(round(s, 4) for s in expected)) == len(expected)  # the texts really score differently
     assert out.batch["rm_truncated"].sum().item() == 0
-
-
-def test_max_length_keeps_the_end_of_long_conversations(ray_session, tmp_path):
-    save_tiny_reward_model(tmp_path)
-    out = score_with_worker(tmp_path, 1, max_length=8)
-    # in the reward model's template "12+7==19=", "50+50==100=" and "23+45==6899=" are longer
-    # than 8 tokens; "3+4==7=", "1+1==2=" and "9+9===" are not
-    truncated = out.batch["rm_truncated"].tolist()
-    assert truncated == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
 
 
 def test_a_causal_lm_is_refused_as_a_reward_model(builtin_assets):
