@@ -2,9 +2,9 @@
 asynchronous trainer. The preset and the conversions (batch from require_batches, run length from
 total_rollout_steps, validation per sync), the errors naming the key, the submission window, verl's
 own DAPO line on two CPU processes with real vLLM servers, and a run with staleness_threshold=0.5 and
-a sync every 2 updates that learns the default task, never trains a sample beyond the bound, and
-trains every generation once and in order; a rollout process killed mid-run is replaced and no
-generation is lost or trained twice."""
+a sync every 2 updates that learns the default task, never trains a sample beyond the bound, switches
+versions inside responses and trains every generation once and in order; a rollout process killed
+mid-run is replaced and no generation is lost or trained twice."""
 
 from __future__ import annotations
 
@@ -156,14 +156,19 @@ def test_a_fully_async_run_learns_within_the_bound_and_trains_each_generation_on
         f"trainer.total_training_steps={steps}",
         "rollout.test_freq=4",  # every 4 syncs = 8 steps
         "async_training.partial_rollout=True",
+        # a batch trained after the next sync switches to its version at response token 2 (of 4)
+        "async_training.partial_rollout_interrupt_at=2",
     ]
     config = load_config(overrides, config_name=CONFIG_NAME)
     prepare_ppo_assets(config)
     trainer = fit_trainer(config, AsyncPPOTrainer)
     rows = config.data.train_batch_size * config.actor_rollout_ref.rollout.n
     assert trainer.consumed_generations == list(range(1, steps + 1))  # each once, in order: none lost
-    assert len(trainer.staleness_seen) == steps * rows
+    assert trainer.samples_submitted == len(trainer.staleness_seen) == steps * rows  # samples in == out
     assert max(trainer.staleness_seen) <= 1  # ceil(0.5) versions, on every consumed sample
+    # every other batch spans a sync: its responses longer than 2 tokens carry two versions
+    spanning = sum(span > 0 for span in trainer.version_spans_seen)
+    assert rows <= spanning <= steps // 2 * rows, spanning
     assert trainer.policy_version == steps // 2
     history = [(step, metrics[ACC]) for step, metrics in trainer.validator.history]
     print(f"fully async run: {history}")
@@ -172,9 +177,20 @@ def test_a_fully_async_run_learns_within_the_bound_and_trains_each_generation_on
 
 
 class KillsTheRollout(AsyncPPOTrainer):
-    """SIGKILLs the rollout process once, right after step ``kill_after`` (generations are in flight)."""
+    """SIGKILLs the rollout process once, right after step ``kill_after`` (generations are in flight);
+    records, after a window's first update, how far the trainer's old log-probs are from the rollout's
+    on the tokens generated with the window's weights."""
 
     kill_after = 2
+
+    def _compute_old_log_prob(self, batch, metrics):
+        super()._compute_old_log_prob(batch, metrics)
+        if self._updates_since_sync:
+            b = batch.batch
+            own = b["response_mask"].bool() & (b["response_versions"] == self.policy_version)
+            gap = (b["old_log_probs"] - b["rollout_log_probs"]).abs()[own]
+            worst = float(gap.max()) if gap.numel() else 0.0
+            self.proximal_gaps = [*getattr(self, "proximal_gaps", []), (int(own.sum()), worst)]
 
     def train_step(self, batch):
         metrics = super().train_step(batch)
@@ -187,16 +203,23 @@ class KillsTheRollout(AsyncPPOTrainer):
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_a_killed_rollout_process_is_replaced_and_no_generation_is_lost():
+    """Also verl's compute_prox_log_prob: after a window's first update the trainer's old log-probs are
+    those of the weights of the last sync, which the rollout scored its tokens with (the current
+    weights, one update later, were 5 nats away on some token when measured)."""
     steps = 6
     overrides = [
         *SMALL_WINDOWS,
         f"trainer.total_training_steps={steps}",
         "trainer.test_freq=-1",
         "trainer.val_before_train=False",
+        "async_training.compute_prox_log_prob=True",
     ]
     config = load_config(overrides, config_name=CONFIG_NAME)
+    assert not config.algorithm.rollout_correction.bypass_mode  # the trainer computes old_log_probs
     prepare_ppo_assets(config)
     trainer = fit_trainer(config, KillsTheRollout)
+    assert len(trainer.proximal_gaps) == steps // 2 and trainer.proximal_gaps[0][0] > 0, trainer.proximal_gaps
+    assert max(gap for _, gap in trainer.proximal_gaps) < 1e-4, trainer.proximal_gaps
     assert trainer.rollout_restarts == 1
     assert trainer.rollout_wg.pids[0] != trainer.killed_pid  # a new process generates
     assert trainer.consumed_generations == list(range(1, steps + 1))  # each trained once, in order

@@ -41,6 +41,12 @@ class AsyncTrainingConfig:
     decoding steps, so token versions change inside a sequence; vllm: between two engine calls).
     False: each batch is generated entirely with the weights published when it was submitted, so a
     seeded run gives the same samples whatever the timing (up to max_staleness + 1 versions are kept)."""
+    partial_rollout_interrupt_at: int | None = ranged(None, at_least(1))
+    """With partial_rollout and rollout.mode=sync: a batch the schedule trains after the next weight sync
+    is generated up to this response token with the version of its submission, then continued with the
+    next version once it is published, so token versions change inside its responses whatever the
+    timing, and a seeded run gives the same samples (:mod:`verl.trainer.ppo.partial_rollout`). Null: a
+    sync lands wherever the decoding has got to (inside a response only if the rollout is still busy)."""
     weight_transport: str = "object_store"
     """How the actor publishes weights to the rollout: object_store (in memory through Ray) or
     filesystem (safetensors under weight_dir, for disaggregated machines)."""
@@ -63,6 +69,10 @@ class AsyncTrainingConfig:
     (it sets data.train_batch_size, as verl's fully-async trainer ignores it)."""
     use_rollout_log_probs: bool = False
     """The rollout's log-probs are the old policy's (sets algorithm.rollout_correction.bypass_mode)."""
+    compute_prox_log_prob: bool = False
+    """verl's: with use_rollout_log_probs, the trainer still computes old_log_probs, with the weights of the
+    last sync (what the rollout runs) also after the window's first update, and the rollout's log-probs
+    go to the rollout correction (the decoupled loss); False: the rollout's are old_log_probs (bypass)."""
     use_trainer_do_validate: bool = False
     """verl validates on the trainer's devices with this; here validation runs on the rollout pool either way."""
     use_dynamic_resource_scheduling: bool = False

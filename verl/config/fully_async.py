@@ -13,7 +13,9 @@ size verl's run are converted here (each conversion is one note in the start-up 
 * ``rollout.total_rollout_steps`` (prompts) -> ``trainer.total_training_steps``;
 * ``rollout.total_epochs`` -> ``trainer.total_epochs``;
 * ``rollout.test_freq`` (syncs) -> ``trainer.test_freq`` (steps);
-* ``use_rollout_log_probs`` -> ``algorithm.rollout_correction.bypass_mode``;
+* ``use_rollout_log_probs`` -> ``algorithm.rollout_correction.bypass_mode``, unless
+  ``compute_prox_log_prob``: then bypass mode is off and the trainer computes ``old_log_probs``
+  with the weights of the last sync (kept by the actor for the window's later updates);
 * ``staleness_threshold`` -> ``max_staleness = ceil(staleness_threshold)``, the lag a consumed
   sample may have in versions (checked on every sample).
 
@@ -33,6 +35,7 @@ from verl.config.keypaths import get_key
 FULLY_ASYNC_ONLY = (
     "async_training.require_batches",
     "async_training.use_rollout_log_probs",
+    "async_training.compute_prox_log_prob",
     "rollout.total_rollout_steps",
     "rollout.total_epochs",
     "rollout.test_freq",
@@ -110,11 +113,11 @@ def _staleness(config: Any) -> list[str]:
     notes = [
         f"async_training.staleness_threshold={cfg.staleness_threshold} -> async_training.max_staleness={lag}"
     ]
-    if cfg.use_rollout_log_probs and not config.algorithm.rollout_correction.bypass_mode:
-        config.algorithm.rollout_correction.bypass_mode = True
-        notes.append(
-            "async_training.use_rollout_log_probs=True -> algorithm.rollout_correction.bypass_mode=True"
-        )
+    bypass = not cfg.compute_prox_log_prob
+    if cfg.use_rollout_log_probs and config.algorithm.rollout_correction.bypass_mode != bypass:
+        config.algorithm.rollout_correction.bypass_mode = bypass
+        key = "compute_prox_log_prob" if cfg.compute_prox_log_prob else "use_rollout_log_probs"
+        notes.append(f"async_training.{key}=True -> algorithm.rollout_correction.bypass_mode={bypass}")
     return notes
 
 

@@ -212,6 +212,19 @@ class PPOTrainerConfig:
             "between two decoding steps; generating a batch with one pinned version needs rollout.mode=sync)",
             False,
         )
+        rollout, at = self.actor_rollout_ref.rollout, self.async_training.partial_rollout_interrupt_at
+        check(
+            at is None
+            or (
+                self.async_training.partial_rollout
+                and rollout.mode == "sync"
+                and at < rollout.response_length
+            ),
+            "async_training.partial_rollout_interrupt_at",
+            f"null, or below rollout.response_length ({rollout.response_length}) with partial_rollout=True and "
+            "rollout.mode=sync (a batch generated in two calls; a server takes each version as it comes)",
+            at,
+        )
         check(
             self.actor_rollout_ref.rollout.calculate_log_probs,
             "actor_rollout_ref.rollout.calculate_log_probs",

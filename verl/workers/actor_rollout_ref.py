@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from verl.utils.model import (
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.base import TrainEngine
+from verl.workers.engine.base import TrainEngine, swapped_parameters
 from verl.workers.engine.factory import build_engine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
@@ -286,17 +287,21 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ weight publishing (async)
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def publish_weights(self, version: int, transport: str, weight_dir: str | None = None) -> Parcel | None:
-        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`),
-        sent by ``transport`` (``async_training.weight_transport``; ``weight_dir`` for files):
-        every rank takes part in the gather, rank 0 returns the parcel, the others None."""
-        weights = self._rollout_weights()
+    def publish_weights(
+        self, version: int, transport: str, weight_dir: str | None = None, proximal: bool = False
+    ) -> Parcel | None:
+        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`; with
+        ``proximal`` the ones kept by ``keep_proximal_weights``), sent by ``transport``
+        (``async_training.weight_transport``; ``weight_dir`` for files): every rank takes part in the
+        gather, rank 0 returns the parcel, the others None."""
         self.version = version
-        if self.rank != 0:
-            for _ in weights:  # the gather is collective
-                pass
-            return None
-        return weight_transport(transport, weight_dir).send(weights, version)
+        with swapped_parameters(self.actor.module, self.proximal_weights) if proximal else nullcontext():
+            weights = self._rollout_weights()
+            if self.rank != 0:
+                for _ in weights:  # the gather is collective
+                    pass
+                return None
+            return weight_transport(transport, weight_dir).send(weights, version)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, parcel: Parcel, keep_from: int | None = None) -> None:
@@ -343,12 +348,20 @@ class ActorRolloutRefWorker(Worker):
         out = DataProto.from_dict({key: restore_order([o[key] for o in outs], groups) for key in outs[0]})
         return dict(ulysses.own_share(out, self.rows_group).batch.items())
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def keep_proximal_weights(self) -> None:
+        """Keep a copy of this rank's actor parameters as they are now (the weights just published to the
+        rollout): ``compute_log_prob`` uses it for a batch whose ``meta_info["proximal_weights"]`` is
+        set (verl's ``async_training.compute_prox_log_prob``)."""
+        self.proximal_weights = [p.detach().clone() for p in self.actor.module.parameters()]
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` of the responses under the current actor (and
-        ``sum_pi_squared`` with ``actor.calculate_sum_pi_squared``)."""
+        ``sum_pi_squared`` with ``actor.calculate_sum_pi_squared``), or under the weights kept by
+        ``keep_proximal_weights`` when the batch asks for them."""
         cfg = self.config.rollout
-        out = self._log_probs(
+        args = (
             self.actor,
             data,
             cfg.log_prob_micro_batch_size_per_gpu,
@@ -357,6 +370,11 @@ class ActorRolloutRefWorker(Worker):
             True,
             self.config.actor.calculate_sum_pi_squared,
         )
+        if data.meta_info.get("proximal_weights"):
+            with swapped_parameters(self.actor.module, self.proximal_weights):
+                out = self._log_probs(*args)
+        else:
+            out = self._log_probs(*args)
         out["old_log_probs"] = out.pop("log_probs")
         return DataProto.from_dict(out)
 

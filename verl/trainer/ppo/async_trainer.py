@@ -42,6 +42,7 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -51,10 +52,12 @@ from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.single_controller import WorkerDiedError
 from verl.trainer.ppo import builders
+from verl.trainer.ppo.partial_rollout import continuation_prompts, prefix_prompts, stitch
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
 from verl.trainer.ppo.teachers import Teachers
 from verl.trainer.ppo.validation import Validator
+from verl.utils.model import eos_token_ids
 from verl.workers.weight_transport import transport_of
 
 logger = logging.getLogger(__name__)
@@ -72,6 +75,8 @@ class InFlight:
     loader_state: dict
     weight_version: int = 0  # the policy version published when it was submitted
     prompts: DataProto | None = None  # what was sent, to send again after a rollout restart
+    interrupted: bool = False  # a prefix to continue with the next version (partial_rollout_interrupt_at)
+    prefix: DataProto | None = None  # the prefix the future's output continues
 
 
 @dataclass
@@ -116,11 +121,20 @@ class AsyncPPOTrainer(RayPPOTrainer):
             self.async_cfg.weight_dir = os.path.abspath(os.path.expanduser(self.async_cfg.weight_dir))
         self.policy_version = 0
         self.staleness_seen: list[int] = []  # every consumed sample, in order
+        self.version_spans_seen: list[int] = []  # newest - oldest token version of each, in order
         self.consumed_generations: list[int] = []  # the index of every consumed generation, in order
         self._in_flight: deque[InFlight] = deque()  # submitted, not yet consumed
         self._window_submitted = 0  # generations submitted since the last sync, or unconsumed at it
         self.rollout_restarts = 0  # rollout pools replaced after a process died (rollout_max_restarts)
         self._updates_since_sync = 0  # actor updates since the last publish (trigger_parameter_sync_step)
+        self.samples_submitted = 0  # rows sent for generation (a continuation is not a new one)
+        # one exact version per generation call: the batch's (partial_rollout=False), or its prefix's and
+        # its continuation's (partial_rollout_interrupt_at)
+        self.pinned = (
+            not self.async_cfg.partial_rollout or self.async_cfg.partial_rollout_interrupt_at is not None
+        )
+        cfg = self.async_cfg  # verl's compute_prox_log_prob: the actor keeps the weights of each sync
+        self.keeps_proximal = cfg.use_rollout_log_probs and cfg.compute_prox_log_prob
 
     def init_workers(self) -> None:
         self.wgs, self.pools = builders.build_async_worker_groups(self.config, self.device)
@@ -165,13 +179,56 @@ class AsyncPPOTrainer(RayPPOTrainer):
         batch = repeat_prompts(batch, str(index), self.config.actor_rollout_ref.rollout.n)
         prompts = pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
         prompts.meta_info.update(global_steps=index, do_sample=True, sampling_seed=index)
-        if not self.async_cfg.partial_rollout:  # generated entirely with this version, whatever the timing
+        if self.pinned:  # generated with this version, whatever the timing
             prompts.meta_info["weight_version"] = self.policy_version
+        interrupted = self._trained_after_next_sync(index)
+        if interrupted:
+            prefix_prompts(prompts, self.async_cfg.partial_rollout_interrupt_at)
+        self.samples_submitted += len(prompts)
         future = self.rollout_client.generate_sequences(prompts, blocking=False)
-        return InFlight(index, batch, future, self.data.train.state_dict(), self.policy_version, prompts)
+        return InFlight(
+            index, batch, future, self.data.train.state_dict(), self.policy_version, prompts, interrupted
+        )
+
+    def _trained_after_next_sync(self, index: int) -> bool:
+        """With ``partial_rollout_interrupt_at``: whether generation ``index`` trains (at step ``index``)
+        after the next weight sync, which comes after step ``global_steps + k - 1 - updates since the
+        last sync``. A guess that is wrong (a recipe drawing more per step) only means no switch."""
+        if self.async_cfg.partial_rollout_interrupt_at is None:
+            return False
+        k = self.async_cfg.trigger_parameter_sync_step
+        return index > self.global_steps + k - 1 - self._updates_since_sync
+
+    def _continue(self, generation: InFlight) -> None:
+        """Send the rest of an interrupted generation, with the version published now."""
+        prefix = self._wait(generation)
+        rollout = self.config.actor_rollout_ref.rollout
+        generation.prompts = continuation_prompts(
+            generation.prompts, prefix, rollout.response_length, self.policy_version
+        )
+        generation.prefix, generation.interrupted = prefix, False
+        generation.weight_version = self.policy_version
+        generation.future = self.rollout_client.generate_sequences(generation.prompts, blocking=False)
 
     def _responses(self, pending: InFlight) -> DataProto:
-        """The generation's responses; a rollout process that died on the way is replaced first."""
+        """The generation's responses, a prefix joined to its continuation (one wanted before the sync it
+        was interrupted for is continued with the current version)."""
+        if pending.interrupted:
+            self._continue(pending)
+        output = self._wait(pending)
+        if pending.prefix is None:
+            return output
+        return stitch(pending.prefix, output, self._eos_token_ids)
+
+    @cached_property
+    def _eos_token_ids(self) -> list[int]:
+        """The ids that end a response, as the rollout has them ([-1]: none, with rollout.ignore_eos)."""
+        if self.config.actor_rollout_ref.rollout.ignore_eos:
+            return [-1]
+        return eos_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+
+    def _wait(self, pending: InFlight) -> DataProto:
+        """What the generation's future holds; a rollout process that died on the way is replaced first."""
         try:
             return pending.future.get()
         except WorkerDiedError as error:
@@ -245,6 +302,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
             if "uid" in batch.non_tensor_batch:  # ... and in no group baseline of the rows kept
                 batch.non_tensor_batch["uid"] = isolate_rows(batch.non_tensor_batch["uid"], stale)
         self.staleness_seen.extend(staleness.tolist())
+        self.version_spans_seen.extend(span.tolist())
         return {
             "async/staleness_mean": float(staleness.float().mean()),
             "async/staleness_max": float(staleness.max()),
@@ -264,18 +322,40 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self._updates_since_sync = 0
         self.policy_version += 1
         megabytes = self._publish_weights()
+        self._keep_proximal_weights()
         self._window_submitted = len(self._in_flight)
+        for generation in self._in_flight:  # interrupted for this sync: the rest with the new version
+            if generation.interrupted:
+                self._continue(generation)
         return {"rollout/weight_sync_mb": megabytes}
+
+    def _keep_proximal_weights(self) -> None:
+        """verl's compute_prox_log_prob: the actor keeps the weights just published, the proximal policy of
+        the window's later updates (not needed with one update per sync)."""
+        if self.keeps_proximal and self.async_cfg.trigger_parameter_sync_step > 1:
+            self.actor_rollout_wg.keep_proximal_weights()
+
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        """``old_log_probs`` under the current weights, or with verl's compute_prox_log_prob under the
+        weights of the last sync (the ones the rollout runs) after the window's first update."""
+        batch.meta_info["proximal_weights"] = self.keeps_proximal and self._updates_since_sync > 0
+        super()._compute_old_log_prob(batch, metrics)
+        batch.meta_info.pop("proximal_weights")
 
     def _publish_weights(self) -> float:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps) by
         ``async_training.weight_transport``; returns its size in MB."""
         cfg = self.async_cfg
+        # a rollout restarted mid-window gets the window's version, kept by the actor with compute_prox_log_prob
+        # (else the current weights, one or more local updates past it, under the version's number)
+        proximal = (
+            self.keeps_proximal and cfg.trigger_parameter_sync_step > 1 and self._updates_since_sync > 0
+        )
         parcel = self.actor_rollout_wg.publish_weights(
-            self.policy_version, cfg.weight_transport, cfg.weight_dir
+            self.policy_version, cfg.weight_transport, cfg.weight_dir, proximal
         )[0]
         keep_from = None  # partial rollout: swapped in at once, mid-batch
-        if not cfg.partial_rollout:  # kept until the batches submitted with older versions have run
+        if self.pinned:  # kept until the batches submitted with older versions have run
             keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
         try:
             self.rollout_wg.receive_weights(parcel, keep_from)
@@ -295,6 +375,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         state = super()._driver_state()
         for generation in self._in_flight:
             generation.future = Finished(self._responses(generation))
+            generation.prefix = None  # joined in the output kept
         state["in_flight"] = list(self._in_flight)
         state["window_submitted"] = self._window_submitted
         return state
@@ -306,4 +387,5 @@ class AsyncPPOTrainer(RayPPOTrainer):
     def _load_checkpoint(self) -> bool:
         resumed = super()._load_checkpoint()  # restores policy_version (saved at a sync: save_freq % k == 0)
         self._publish_weights()  # the rollout starts from the actor's (possibly restored) weights
+        self._keep_proximal_weights()
         return resumed

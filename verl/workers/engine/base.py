@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -87,3 +88,20 @@ class TrainEngine(ABC):
     def parameter_count(self) -> int:
         """Parameters of the whole model."""
         return sum(p.numel() for p in self.module.parameters())
+
+
+@contextmanager
+def swapped_parameters(module: nn.Module, weights: list[torch.Tensor]) -> Iterator[None]:
+    """Compute with ``weights`` (a copy of ``module.parameters()``, this rank's shards) in place of the
+    module's own parameters, which are put back on exit."""
+    params = list(module.parameters())
+    own = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for param, kept in zip(params, weights, strict=True):
+            param.copy_(kept)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for param, mine in zip(params, own, strict=True):
+                param.copy_(mine)
