@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from verl.builtin import task, tool_task
+from verl.builtin import task, tool_task, vision_task
 from verl.builtin.warmup import TEACHER_MODEL_PATH, ensure_builtin_model
 from verl.config.distillation import teacher_plan
 from verl.config.ppo_trainer import PPOTrainerConfig
@@ -21,7 +21,12 @@ from verl.utils.cache import resolve_cache_path
 def is_builtin_model(path: str) -> bool:
     """The embedded default's model (or its teacher), or the tool task's."""
     resolved = Path(path).expanduser().resolve()
-    builtin = (task.builtin_model_dir(), resolve_cache_path(TEACHER_MODEL_PATH), tool_task.tool_model_dir())
+    builtin = (
+        task.builtin_model_dir(),
+        resolve_cache_path(TEACHER_MODEL_PATH),
+        tool_task.tool_model_dir(),
+        vision_task.vision_model_dir(),
+    )
     return resolved in [folder.resolve() for folder in builtin]
 
 
@@ -35,6 +40,8 @@ def prepare_ppo_assets(config: PPOTrainerConfig) -> None:
             ensure_builtin_model(teacher.model_path)
     tool_task.ensure_tool_task_data(*files)
     tool_task.ensure_tool_task_model(config.actor_rollout_ref.model.path)
+    vision_task.ensure_vision_task_data(*files)
+    vision_task.ensure_vision_model(config.actor_rollout_ref.model.path)
 
 
 def prepare_sft_assets(config: SFTTrainerConfig) -> None:

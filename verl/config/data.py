@@ -1,8 +1,8 @@
 """The ``data.*`` section: which parquet files to train on and how prompts become token ids.
 
 Keys and defaults are verl's (``verl/trainer/config/data/legacy_data.yaml``). Keys that only
-matter for multi-modal data or for verl's worker-process data loader are accepted so that
-existing launch scripts keep working; their doc strings say they have no effect here.
+matter for verl's worker-process data loader are accepted so that existing launch scripts keep
+working; their doc strings say they have no effect here.
 """
 
 from __future__ import annotations
@@ -77,9 +77,10 @@ class DataConfig:
     truncation: str = "error"
     """What to do with a prompt longer than max_prompt_length: error | left | right | middle."""
     image_key: str = "images"
-    """Accepted for compatibility; no effect (text-only datasets)."""
+    """The column of a row's images (a list of {"bytes": ...}, {"path": ...} or paths), one per <image>
+    placeholder of its prompt; read when the model is a vision-language model (docs/vlm.md)."""
     video_key: str = "videos"
-    """Accepted for compatibility; no effect (text-only datasets)."""
+    """The column of a row's videos: a row with videos is refused (videos are not supported yet)."""
     trust_remote_code: bool = False
     """Allow a tokenizer that ships Python code."""
     return_multi_modal_inputs: bool = True

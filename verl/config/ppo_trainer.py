@@ -456,8 +456,6 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "data.dataloader_num_workers",
     "data.filter_overlong_prompts_workers",
     "data.return_raw_input_ids",
-    "data.image_key",
-    "data.video_key",
     "data.return_multi_modal_inputs",
     "actor_rollout_ref.model.enable_activation_offload",
     "actor_rollout_ref.model.use_fused_kernels",

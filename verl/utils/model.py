@@ -202,7 +202,7 @@ def load_causal_lm(
     config section ``model_config`` came from, named in errors; ``attention``: the attention
     implementation unless ``override_config.attn_implementation`` names one, None for
     transformers' default)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     import_external_lib(model_config.external_lib)
     key = f"{section}.path"
@@ -222,8 +222,15 @@ def load_causal_lm(
     if model_config.gguf_file:
         kwargs["gguf_file"] = model_config.gguf_file
     path = _path(model_config.path, "dir", key)
-    return _from_pretrained(
-        AutoModelForCausalLM.from_pretrained, path, key, model_config.override_config, **kwargs
+    auto = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
+    return _from_pretrained(auto.from_pretrained, path, key, model_config.override_config, **kwargs)
+
+
+def is_vision_language(config) -> bool:
+    """Whether the HF ``config`` is of a vision-language model (images go into its forward)."""
+    return (
+        getattr(config, "vision_config", None) is not None
+        and getattr(config, "image_token_id", None) is not None
     )
 
 

@@ -20,8 +20,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from verl.utils import fused_log_probs
+from verl.utils.mrope import model_position_ids
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_chunked, logprobs_from_logits
 from verl.workers.packing import packed_response_outputs
+from verl.workers.vision import vision_kwargs
 
 POLICY_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -109,7 +111,13 @@ def _response_outputs(
     ids, mask, pos = drop_common_left_padding(
         micro["input_ids"], micro["attention_mask"], micro["position_ids"]
     )
-    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": model_position_ids(pos),
+        "use_cache": False,
+    }
+    inputs.update(vision_kwargs(micro))
     if causal_lm and takes_logits_to_keep(module):  # the LM head runs on the response's positions only
         return module(**inputs, logits_to_keep=response_length + 1).logits[:, :-1]
     return module(**inputs).logits[:, -response_length - 1 : -1]
@@ -133,7 +141,7 @@ def drop_common_left_padding(
     prompt is shorter need not run the model over the columns no row uses (the outputs of real tokens
     are the same: pads are masked out of attention, and positions count real tokens only)."""
     start = int(attention_mask.any(0).to(torch.int8).argmax())  # the first column some row uses
-    return input_ids[:, start:], attention_mask[:, start:], position_ids[:, start:]
+    return input_ids[:, start:], attention_mask[:, start:], position_ids[..., start:]  # [B, L] or [B, 3, L]
 
 
 @dataclass(frozen=True)

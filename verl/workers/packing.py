@@ -17,13 +17,15 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from verl.utils.mrope import model_position_ids
 from verl.workers import ulysses
+from verl.workers.vision import vision_kwargs
 
 PACKED_ATTENTION = "verl_packed"
 
@@ -35,7 +37,7 @@ class PackedBatch:
     input_ids: torch.Tensor
     """``[1, T]`` the real tokens of every sequence, back to back."""
     position_ids: torch.Tensor
-    """``[1, T]`` each token's position in its own sequence."""
+    """``[1, T]`` each token's position in its own sequence (``[3, 1, T]`` under M-RoPE)."""
     cu_seqlens: torch.Tensor
     """``[b + 1]`` int32: sequence ``i`` is ``[cu_seqlens[i], cu_seqlens[i + 1])``."""
     max_seqlen: int
@@ -43,10 +45,13 @@ class PackedBatch:
     packed_at: torch.Tensor
     """``[b, L]``: each padded position's place in the packed row (a pad's points at the real token
     before it in the flattened batch, so an output read there is finite and masked later)."""
+    vision: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The micro-batch's image inputs (:mod:`verl.workers.vision`), whose tokens keep their order."""
 
     def model_kwargs(self) -> dict:
         cu, longest = self.cu_seqlens, self.max_seqlen
         return {
+            **self.vision,
             "input_ids": self.input_ids,
             "position_ids": self.position_ids,
             "cu_seq_lens_q": cu,
@@ -65,10 +70,11 @@ class PackedBatch:
 def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
     """Pack a padded micro-batch (``input_ids``, ``attention_mask``, ``position_ids``)."""
     mask = micro["attention_mask"].bool()
-    if micro["position_ids"].dim() != 2:
+    shape = tuple(micro["position_ids"].shape)
+    if len(shape) not in (2, 3) or (shape[0], shape[-1]) != tuple(mask.shape):
         raise ValueError(
-            f"use_remove_padding: position_ids of shape {tuple(micro['position_ids'].shape)} are not supported "
-            "(expected [batch, length]; multi-axis rotary positions need the padded path)"
+            f"use_remove_padding: position_ids of shape {shape} do not fit the batch {tuple(mask.shape)} "
+            "(expected [batch, length], or [batch, 3, length] for M-RoPE)"
         )
     lengths = mask.sum(-1)
     host_lengths = lengths.cpu()  # the one host sync: sizes below are known without another
@@ -78,12 +84,14 @@ def pack(micro: dict[str, torch.Tensor]) -> PackedBatch:
     real = torch.argsort((~flat).to(torch.int8), stable=True)[
         : int(host_lengths.sum())
     ]  # real tokens, in order
+    positions = model_position_ids(micro["position_ids"])  # [b, L], or [3, b, L] (M-RoPE)
     return PackedBatch(
         input_ids=micro["input_ids"].flatten()[real][None],
-        position_ids=micro["position_ids"].flatten()[real][None],
+        position_ids=positions.flatten(-2)[..., real].unsqueeze(-2),
         cu_seqlens=F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32),
         max_seqlen=int(host_lengths.max()),
         packed_at=flat.long().cumsum(0).view(mask.shape) - 1,
+        vision=vision_kwargs(micro),
     )
 
 
@@ -112,8 +120,12 @@ def packed_response_outputs(
 def enable_packing(module: nn.Module) -> nn.Module:
     """Switch a transformers model to :data:`PACKED_ATTENTION` (registered on first use)."""
     _register()
+    config = getattr(module, "config", None)
+    implementation: str | dict = PACKED_ATTENTION
+    if getattr(config, "vision_config", None) is not None:  # the vision tower attends within each image
+        implementation = {"text_config": PACKED_ATTENTION, "vision_config": "sdpa"}
     try:
-        module.set_attn_implementation(PACKED_ATTENTION)
+        module.set_attn_implementation(implementation)
     except (AttributeError, ValueError) as err:
         raise ValueError(
             f"use_remove_padding: {type(module).__name__} cannot run packed sequences: it does not take a "

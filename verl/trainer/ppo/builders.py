@@ -90,10 +90,12 @@ class DataLoaders:
 def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
     from verl.utils.dataset.dataloader import create_rl_dataloader
     from verl.utils.dataset.rl_dataset import create_rl_dataset
+    from verl.utils.dataset.vision import load_vision_processor
 
     data = config.data
-    train_ds = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
-    val_ds = create_rl_dataset(data.val_files, data, tokenizer, max_samples=data.val_max_samples)
+    vision = load_vision_processor(config.actor_rollout_ref.model.path, tokenizer)
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer, data.train_max_samples, vision)
+    val_ds = create_rl_dataset(data.val_files, data, tokenizer, data.val_max_samples, vision)
     seed = data.seed if data.seed is not None else 1
     train = create_rl_dataloader(train_ds, data.train_batch_size, data.shuffle, seed, drop_last=True)
     val = create_rl_dataloader(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.workers.vision import MULTI_MODAL_INPUTS
 
 PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
@@ -29,6 +30,8 @@ def pop_prompts(batch: DataProto, row_columns: bool) -> DataProto:
     prompts = batch.pop(batch_keys=PROMPT_KEYS)
     if row_columns:
         prompts.non_tensor_batch = dict(batch.non_tensor_batch)
+    elif MULTI_MODAL_INPUTS in batch.non_tensor_batch:  # the images the prompts hold
+        prompts.non_tensor_batch[MULTI_MODAL_INPUTS] = batch.non_tensor_batch[MULTI_MODAL_INPUTS]
     return prompts
 
 

@@ -28,6 +28,7 @@ import torch
 
 from verl.config.data import DataConfig
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
+from verl.utils.dataset.vision import image_messages, load_image
 
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
@@ -108,7 +109,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
-        # `processor` (multi-modal inputs in verl) is accepted for call compatibility; text only here.
+        self.processor = processor  # a VisionProcessor for a vision-language model, else None
         self.files = _file_list(data_files)
         self.tokenizer = tokenizer
         self.config = config
@@ -134,6 +135,15 @@ class RLHFDataset(torch.utils.data.Dataset):
         validate_columns(table.column_names, file, [cfg.prompt_key, cfg.reward_fn_key, "reward_model"])
         for row, record in enumerate(table.to_pylist()):
             validate_row(record, file, row, prompt_key=cfg.prompt_key, data_source_key=cfg.reward_fn_key)
+            if record.get(cfg.video_key):
+                raise DatasetError(
+                    f"{where(file, row, cfg.video_key)}: videos are not supported; drop the column"
+                )
+            if record.get(cfg.image_key) and self.processor is None:
+                raise DatasetError(
+                    f"{where(file, row, cfg.image_key)}: the row has images but the model "
+                    "(actor_rollout_ref.model.path) is text-only; use a vision-language model or drop the column"
+                )
             self.rows.append(record)
             self.locations.append((file, row))
 
@@ -159,6 +169,8 @@ class RLHFDataset(torch.utils.data.Dataset):
             key = (files, len(self.rows), cfg.prompt_key, repr(cfg.apply_chat_template_kwargs), tokenizer)
             if key in _PROMPT_LENGTHS:
                 return _PROMPT_LENGTHS[key]
+        if self.processor is not None:  # image blocks: the length depends on each image's size
+            return [len(self._prompt(dict(r), self.locations[i])[0]) for i, r in enumerate(self.rows)]
         texts = [self.render(r[cfg.prompt_key], self.locations[i]) for i, r in enumerate(self.rows)]
         lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
         if key is not None:
@@ -202,17 +214,18 @@ class RLHFDataset(torch.utils.data.Dataset):
     def __getitem__(self, item: int) -> dict[str, Any]:
         cfg = self.config
         record = dict(self.rows[item])
-        messages = record.pop(cfg.prompt_key)
-        text = self.render(messages, self.locations[item])
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = truncate_ids(
-            ids, cfg.max_prompt_length, cfg.truncation, where(*self.locations[item], cfg.prompt_key)
-        )
+        messages = record[cfg.prompt_key]
+        ids, text, vision = self._prompt(record, self.locations[item])
+        mode = "error" if vision else cfg.truncation  # a cut image block would no longer match its image
+        ids = truncate_ids(ids, cfg.max_prompt_length, mode, where(*self.locations[item], cfg.prompt_key))
         pad = cfg.max_prompt_length - len(ids)
         attention_mask = torch.tensor([0] * pad + [1] * len(ids), dtype=torch.long)
         record["input_ids"] = torch.tensor([self.pad_token_id] * pad + ids, dtype=torch.long)
         record["attention_mask"] = attention_mask
         record["position_ids"] = torch.clamp(torch.cumsum(attention_mask, dim=0) - 1, min=0)
+        if self.processor is not None:  # every row of a vision-language model's batch: [3, L] positions
+            record["position_ids"] = self.processor.position_ids(record["input_ids"], attention_mask, vision)
+            record["multi_modal_inputs"] = vision
         record["raw_prompt_ids"] = list(ids)
         extra = record.get("extra_info") or {}
         record["index"] = extra.get("index", self.locations[item][1])
@@ -221,6 +234,21 @@ class RLHFDataset(torch.utils.data.Dataset):
         if cfg.return_full_prompt:
             record["full_prompts"] = text
         return record
+
+    def _prompt(self, record: dict[str, Any], location: tuple[str, int]) -> tuple[list[int], str, dict]:
+        """The prompt's token ids, its text, and the inputs of its images (``record``'s prompt and image
+        columns are taken out of it)."""
+        cfg = self.config
+        messages, images = record.pop(cfg.prompt_key), record.pop(cfg.image_key, None) or []
+        vision: dict[str, torch.Tensor] = {}
+        if self.processor is not None and images:
+            messages = image_messages(messages, len(images), where(*location, cfg.prompt_key))
+            loaded = [load_image(image, where(*location, cfg.image_key)) for image in images]
+            vision = self.processor.images(loaded)
+        text = self.render(messages, location)
+        if vision:
+            text = self.processor.expand(text, vision["image_grid_thw"])
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"], text, vision
 
     def data_source_locations(self) -> dict[str, str]:
         """Each distinct data source and where it first appears (``"file, row N"``)."""
@@ -252,7 +280,11 @@ def collate_fn(items: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def create_rl_dataset(
-    data_files: str | Sequence[str], config: DataConfig, tokenizer: Any, max_samples: int = -1
+    data_files: str | Sequence[str],
+    config: DataConfig,
+    tokenizer: Any,
+    max_samples: int = -1,
+    processor: Any = None,
 ) -> Any:
     """``RLHFDataset``, or the class named by ``data.custom_cls`` (called with verl's keyword
     arguments ``data_files, tokenizer, config, processor, max_samples``)."""
@@ -261,6 +293,10 @@ def create_rl_dataset(
 
         cls = load_function_from_file(config.custom_cls.path, config.custom_cls.name, key="data.custom_cls")
         return cls(
-            data_files=data_files, tokenizer=tokenizer, config=config, processor=None, max_samples=max_samples
+            data_files=data_files,
+            tokenizer=tokenizer,
+            config=config,
+            processor=processor,
+            max_samples=max_samples,
         )
-    return RLHFDataset(data_files, tokenizer, config, max_samples=max_samples)
+    return RLHFDataset(data_files, tokenizer, config, processor=processor, max_samples=max_samples)

@@ -15,6 +15,7 @@ data_source                                                 scorer
 ``HuggingFaceH4/MATH-500``, ``math``
 ``countdown``                                               :mod:`.countdown`
 ``arith``                                                   :mod:`.arith` (the built-in task)
+``vision_digits``                                           :mod:`.arith` (the built-in vision task)
 ``tool_arith``                                              :mod:`.tool_arith` (the built-in tool task)
 ``code_offline``, ``codecontests``, ``apps``,               :mod:`.code` (test cases run in the
 ``codeforces``, ``taco``                                    local sandbox)
@@ -62,6 +63,7 @@ _SCORERS: dict[str, Callable[[str, Any], float | dict[str, float]]] = {
     "math": math_score.compute_score,
     "countdown": countdown.compute_score,
     "arith": arith.compute_score,
+    "vision_digits": arith.compute_score,
     "tool_arith": tool_arith.compute_score,
     # verl's names for APPS-format code datasets (it scores them with the pass fraction too)
     "code_offline": code.compute_score,

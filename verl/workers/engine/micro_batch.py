@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from verl.protocol import DataProto
 from verl.workers.engine.base import MicroBatch
+from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
 
 
 def split_micro_batches(
@@ -38,6 +39,10 @@ def split_micro_batches(
         groups = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
     tensors = {k: data.batch[k] for k in keys}
     micro_batches = [{k: v[torch.as_tensor(idx)] for k, v in tensors.items()} for idx in groups]
+    images = data.non_tensor_batch.get(MULTI_MODAL_INPUTS)
+    if images is not None:  # a vision-language model's rows: their image inputs go with them
+        for micro, idx in zip(micro_batches, groups):
+            micro.update(micro_batch_vision(images[idx]))
     return micro_batches, groups
 
 

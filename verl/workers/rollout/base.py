@@ -89,7 +89,7 @@ def response_tensors(
         "responses": responses,
         "input_ids": torch.cat([prompt_ids, responses], dim=1),
         "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
-        "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + steps], dim=1),
+        "position_ids": torch.cat([prompt_pos, prompt_pos[..., -1:] + steps], dim=-1),  # [B, L] or [B, 3, L]
         "response_mask": response_mask,
         "response_versions": torch.where(response_mask.bool(), token_versions, -1),
         "policy_version": token_versions[:, 0],

@@ -31,6 +31,7 @@ from transformers import DynamicCache
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
 from verl.utils.model import eos_token_ids, load_causal_lm
+from verl.utils.mrope import model_position_ids
 from verl.workers.engine.micro_batch import split_micro_batches
 from verl.workers.forward import (
     POLICY_INPUT_KEYS,
@@ -43,6 +44,7 @@ from verl.workers.rollout.base import Rollout, engine_dtype, response_tensors
 from verl.workers.rollout.lifecycle import EngineLifecycle, ModuleOffload
 from verl.workers.rollout.probe import FingerprintSpec, module_fingerprint
 from verl.workers.rollout.sampling import SamplingParams, derived_seed, sample_tokens
+from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision, placeholder_token_ids
 
 
 @dataclass
@@ -81,6 +83,9 @@ class HFRollout(Rollout):
         self.device = device
         self.seed = seed
         self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.placeholder_ids = torch.tensor(
+            placeholder_token_ids(getattr(module, "config", None)), dtype=torch.long, device=device
+        )
         self.version = 0
         self._lock = threading.Lock()
         self._generate_lock = threading.Lock()
@@ -154,12 +159,18 @@ class HFRollout(Rollout):
         prompt_ids = prompts.batch["input_ids"].to(self.device)
         prompt_mask = prompts.batch["attention_mask"].to(self.device)
         prompt_pos = prompts.batch["position_ids"].to(self.device)
+        vision = micro_batch_vision(prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS, []))
+        vision = {k: v.to(self.device) for k, v in vision.items()}
         self._apply_pending()
-        decoded = self._decode(*drop_common_left_padding(prompt_ids, prompt_mask, prompt_pos), params)
-        return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params)
+        decoded = self._decode(*drop_common_left_padding(prompt_ids, prompt_mask, prompt_pos), params, vision)
+        return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params, vision)
 
     def _prefill(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        vision: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, DynamicCache]:
         cache = DynamicCache()
         # only the last position's logits are sampled from: the LM head skips the others (a
@@ -174,31 +185,38 @@ class HFRollout(Rollout):
         out = self.module(
             input_ids=ids,
             attention_mask=mask,
-            position_ids=pos,
+            position_ids=model_position_ids(pos),
             past_key_values=cache,
             use_cache=True,
+            **(vision or {}),
             **last,
         )
         return out.logits[:, -1].float(), cache
 
     def _decode(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, params: SamplingParams
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        params: SamplingParams,
+        vision: dict[str, torch.Tensor],
     ) -> _Decoded:
         batch, length = ids.shape[0], params.response_length
         responses = torch.full((batch, length), self.pad_token_id, dtype=ids.dtype, device=self.device)
         log_probs = torch.zeros(batch, length, device=self.device)
         versions = torch.full((batch, length), -1, dtype=torch.long, device=self.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        logits, cache = self._prefill(ids, mask, pos)
-        next_pos = pos[:, -1:] + 1
+        logits, cache = self._prefill(ids, mask, pos, vision)
+        next_pos = pos[..., -1:] + 1  # [B, 1], or [B, 3, 1] under M-RoPE
         # Asking "all finished?" waits for the GPU, which then idles while Python launches the
         # next step; on CUDA ask every 8 steps (finished rows only emit padding meanwhile).
         check_every = 8 if self.device.type == "cuda" else 1
         for t in range(length):
             if self._apply_pending():  # new weights landed: rebuild the cache under them
                 all_ids = torch.cat([ids, responses[:, :t]], dim=1)
-                all_pos = torch.cat([pos, next_pos + torch.arange(t, device=self.device) - t], dim=1)
-                logits, cache = self._prefill(all_ids, mask, all_pos)
+                all_pos = torch.cat([pos, next_pos + torch.arange(t, device=self.device) - t], dim=-1)
+                logits, cache = self._prefill(all_ids, mask, all_pos, vision)
+            logits[:, self.placeholder_ids] = float("-inf")  # an image token without its image: never sampled
             token, token_lp = sample_tokens(logits, params, self.generator)
             token = torch.where(finished, self.pad_token_id, token)
             responses[:, t], log_probs[:, t], versions[:, t] = token, token_lp, self.version
@@ -212,7 +230,7 @@ class HFRollout(Rollout):
             out = self.module(
                 input_ids=token[:, None],
                 attention_mask=mask,
-                position_ids=next_pos,
+                position_ids=model_position_ids(next_pos),
                 past_key_values=cache,
                 use_cache=True,
             )
@@ -226,6 +244,7 @@ class HFRollout(Rollout):
         prompt_pos: torch.Tensor,
         decoded: _Decoded,
         params: SamplingParams,
+        vision: dict[str, torch.Tensor],
     ) -> DataProto:
         eos = self.eos_token_ids.tolist() if not params.ignore_eos else [-1]
         tensors = response_tensors(
@@ -235,18 +254,22 @@ class HFRollout(Rollout):
         response_mask = tensors["response_mask"]
         metrics: dict[str, float] = {}
         if self.config.calculate_log_probs and not params.validate:
-            recomputed = self._recompute_log_probs(tensors, params.temperature)
+            recomputed = self._recompute_log_probs(tensors, params.temperature, vision)
             mask = response_mask.bool()
             gap = (recomputed - decoded.decode_log_probs.cpu()).abs()[mask]
             metrics["rollout/decode_logprob_diff_max"] = float(gap.max()) if gap.numel() else 0.0
             tensors["rollout_log_probs"] = recomputed
         return DataProto.from_dict(tensors, meta_info={"metrics": metrics})
 
-    def _recompute_log_probs(self, tensors: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+    def _recompute_log_probs(
+        self, tensors: dict[str, torch.Tensor], temperature: float, vision: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
         data = DataProto.from_dict({k: tensors[k] for k in POLICY_INPUT_KEYS})
         micro_batches, _ = split_micro_batches(
-            data, POLICY_INPUT_KEYS, self.config.log_prob_micro_batch_size_per_gpu
+            data, POLICY_INPUT_KEYS, None if vision else self.config.log_prob_micro_batch_size_per_gpu
         )
+        if vision:  # the chunk's images, whole: one micro-batch
+            micro_batches[0].update(vision)
         outs = []
         for micro in micro_batches:
             micro = {k: v.to(self.device) for k, v in micro.items()}

@@ -1,0 +1,36 @@
+"""The image inputs of a vision-language model's forward, per micro-batch.
+
+Each row of a batch with images carries ``multi_modal_inputs`` (``DataProto.non_tensor_batch``): its
+``pixel_values`` ``[patches, C]`` and ``image_grid_thw`` ``[images, 3]``, empty for a row without
+images. A micro-batch's forward takes the rows' tensors concatenated in row order, which is the
+order of the image tokens in its flattened ``input_ids`` (see :mod:`verl.utils.dataset.vision`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+VISION_KEYS = ("pixel_values", "image_grid_thw")
+MULTI_MODAL_INPUTS = "multi_modal_inputs"
+
+
+def micro_batch_vision(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+    """The rows' image inputs concatenated in order; empty when no row has an image."""
+    present = [row for row in rows if row and "pixel_values" in row]
+    if not present:
+        return {}
+    return {key: torch.cat([row[key] for row in present]) for key in VISION_KEYS}
+
+
+def vision_kwargs(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The image inputs of a micro-batch, as the model's forward takes them (none for text)."""
+    return {key: micro[key] for key in VISION_KEYS if key in micro}
+
+
+def placeholder_token_ids(config) -> list[int]:
+    """The token ids of a vision-language model that stand for image or video features (none for a
+    text model): a rollout never samples them, as no features could back them in the next forward."""
+    names = ("image_token_id", "video_token_id")
+    return [int(i) for i in (getattr(config, name, None) for name in names) if i is not None]
