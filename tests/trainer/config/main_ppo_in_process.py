@@ -1,7 +1,6 @@
 """``python -m verl.trainer.main_ppo ARGS`` inside the test process: the calls of its ``__main__``
 block, without the 5-10 s of imports each subprocess pays. The process itself (exit status, the
-one line on stderr) is checked by one real subprocess per entry point in test_one_line_errors.py,
-and ``--cfg job``'s printout by one in test_schema.py."""
+one line on stderr) is checked by one real subprocess per entry point in test_one_line_errors.py."""
 
 from __future__ import annotations
 
