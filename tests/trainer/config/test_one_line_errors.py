@@ -19,13 +19,13 @@ from verl.utils.model import ModelPathError
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def run(module: str, *args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def run(module: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """``python -m module args`` from an empty folder (Hydra writes its log there)."""
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": pythonpath, "HYDRA_FULL_ERROR": "0", **env},
+        env={**os.environ, "PYTHONPATH": pythonpath, "HYDRA_FULL_ERROR": "0"},
         capture_output=True,
         text=True,
         timeout=300,
