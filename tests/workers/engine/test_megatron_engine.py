@@ -7,6 +7,8 @@ Real megatron-core 0.16.1 over gloo, behind the test-only CPU shim (tests/megatr
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -141,18 +143,22 @@ def megatron_engine(tp, pp, distributed_optimizer, value_head, state):
     )
 
 
-def megatron_rank(rank, world, tp, pp, distributed_optimizer, states, resume_folder):
-    """The actor's and the critic's run in one set of processes (one spawn per layout), and where
-    asked, the resume check on the same layout."""
+def megatron_rank(rank, world, layouts, states, resume_folder):
+    """Each of ``layouts`` (as many ranks each) in turn in one set of processes, megatron-core's groups
+    rebuilt in between: the actor's and the critic's run, and on pp2 the resume check."""
+    from megatron.core import parallel_state as ps
+
     out = {}
-    for value_head, state in states.items():
-        out[value_head] = run_engine(
-            megatron_engine(tp, pp, distributed_optimizer, value_head, state), value_head
-        )
-    if resume_folder is not None:
-        out["resume"] = resume(
-            resume_folder, lambda: megatron_engine(tp, pp, distributed_optimizer, False, states[False])
-        )
+    for name, (tp, pp, distributed_optimizer) in layouts.items():
+        out[name] = {}
+        for value_head, state in states.items():
+            out[name][value_head] = run_engine(
+                megatron_engine(tp, pp, distributed_optimizer, value_head, state), value_head
+            )
+        if name == "pp2":
+            engine = functools.partial(megatron_engine, tp, pp, distributed_optimizer, False, states[False])
+            out[name]["resume"] = resume(resume_folder, engine)
+        ps.destroy_model_parallel()
     return out
 
 
@@ -171,15 +177,18 @@ LAYOUTS = {"tp2": (2, 1, True), "pp2": (1, 2, False), "tp2xpp2": (2, 2, True)}
 
 @pytest.fixture(scope="module")
 def megatron_runs(references, tmp_path_factory):
-    """Each layout's ranks, run once for every test that reads them."""
+    """Each layout's ranks, run once for every test that reads them: one spawn per number of ranks
+    (tp2 and pp2 share theirs, which saves starting two processes)."""
     runs = {}
 
     def get(layout: str) -> list[dict]:
         if layout not in runs:
-            tp, pp, distributed = LAYOUTS[layout]
+            tp, pp, _ = LAYOUTS[layout]
+            same_size = {name: sizes for name, sizes in LAYOUTS.items() if sizes[0] * sizes[1] == tp * pp}
             states = {value_head: ref["state"] for value_head, ref in references.items()}
-            folder = str(tmp_path_factory.mktemp("resume")) if layout == "pp2" else None
-            runs[layout] = run_ranks(megatron_rank, tp * pp, tp, pp, distributed, states, folder)
+            folder = str(tmp_path_factory.mktemp("resume"))
+            ranks = run_ranks(megatron_rank, tp * pp, same_size, states, folder)
+            runs.update({name: [got[name] for got in ranks] for name in same_size})
         return runs[layout]
 
     return get
