@@ -94,6 +94,8 @@ def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
 
     data = config.data
     vision = load_vision_processor(config.actor_rollout_ref.model.path, tokenizer)
+    if vision is not None:
+        check_vision_roles(config)
     train_ds = create_rl_dataset(data.train_files, data, tokenizer, data.train_max_samples, vision)
     val_ds = create_rl_dataset(data.val_files, data, tokenizer, data.val_max_samples, vision)
     seed = data.seed if data.seed is not None else 1
@@ -106,6 +108,29 @@ def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
             f"data.train_files has {len(train_ds)} rows, fewer than data.train_batch_size={data.train_batch_size}"
         )
     return DataLoaders(train=train, val=val, val_dataset=val_ds)
+
+
+def check_vision_roles(config: PPOTrainerConfig) -> None:
+    """A vision-language policy runs where images reach the model: the hf rollout (vLLM and SGLang get
+    no image inputs here yet, and vLLM's CPU build cannot load Qwen2-VL: its processor needs
+    torchvision, which has no CPU build for this torch), no critic model, no Ulysses."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name != "hf":
+        raise ValueError(
+            f"actor_rollout_ref.rollout.name={rollout.name}: a vision-language model "
+            "(actor_rollout_ref.model.path) generates with rollout.name=hf here; image inputs are not "
+            "passed to vLLM or SGLang yet (docs/vlm.md)"
+        )
+    if config.use_critic:
+        raise ValueError(
+            "critic: a vision-language policy trains without a critic model here (use a critic-free "
+            f"estimator such as algorithm.adv_estimator=grpo; got {config.algorithm.adv_estimator})"
+        )
+    if config.actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1:
+        raise ValueError(
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size: sequence parallelism does not split "
+            "M-RoPE positions yet; set it to 1 for a vision-language model"
+        )
 
 
 def total_training_steps(config: PPOTrainerConfig, steps_per_epoch: int) -> int:

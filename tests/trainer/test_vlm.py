@@ -1,0 +1,84 @@
+"""The built-in vision-language preset end to end on Ray: the trainer's log-probs of a generated batch
+equal a plain transformers forward of the model over the same images (which builds its own M-RoPE
+positions), the rollout's equal the trainer's at fp32 level, and GRPO teaches the tiny Qwen2-VL to
+read the digits. Also: the roles a vision-language policy cannot use here are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl.builtin.assets import prepare_ppo_assets
+from verl.config.ppo_trainer import load_config
+from verl.protocol import DataProto
+from verl.trainer.ppo.builders import build_dataloaders, build_tokenizer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
+
+PRESET = "vlm_trainer"
+
+
+def transformers_log_probs(model_path: str, batch: DataProto) -> torch.Tensor:
+    """Log-probs of the responses from Qwen2-VL's own forward: its positions from ``mm_token_type_ids``."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).eval()
+    ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"]
+    vision = micro_batch_vision(batch.non_tensor_batch[MULTI_MODAL_INPUTS])
+    token_types = (ids == model.config.image_token_id).int()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, mm_token_type_ids=token_types, **vision).logits
+    responses = batch.batch["responses"]
+    head = logits[:, -responses.shape[1] - 1 : -1].float()
+    return torch.log_softmax(head, -1).gather(-1, responses[..., None])[..., 0]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path):
+    overrides = [
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.logger=[]",
+        "trainer.total_training_steps=75",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",  # the rollout's own log-probs, to compare
+    ]
+    config = load_config(overrides, PRESET)
+    prepare_ppo_assets(config)
+    trainer = RayPPOTrainer(config)
+    try:
+        trainer.init_workers()
+        batch = trainer._repeat_prompts(next(trainer._batches()))
+        trainer.global_steps = 1
+        batch = trainer._generate(batch, {})
+        assert batch.batch["position_ids"].shape[1] == 3  # M-RoPE positions, built once by the dataset
+        mask = batch.batch["response_mask"].bool()
+        actor = trainer.actor_rollout_wg.compute_log_prob(batch).batch["old_log_probs"]
+        expected = transformers_log_probs(config.actor_rollout_ref.model.path, batch)
+        assert torch.allclose(actor[mask], expected[mask], atol=1e-5), (actor - expected)[mask].abs().max()
+        gap = (batch.batch["rollout_log_probs"] - actor)[mask].abs().max()
+        assert gap < 1e-5, gap  # the rollout generated from the same images and positions
+        trainer.fit()
+    finally:
+        trainer.close()
+    accuracy = [metrics["val-core/vision_digits/acc/mean@1"] for _, metrics in trainer.validator.history]
+    assert accuracy[-1] >= accuracy[0] + 0.25, accuracy
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        (["actor_rollout_ref.rollout.name=vllm"], "actor_rollout_ref.rollout.name"),
+        (["algorithm.adv_estimator=gae"], "critic"),
+        (
+            [
+                "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+                "actor_rollout_ref.model.use_remove_padding=True",
+            ],
+            "ulysses_sequence_parallel_size",
+        ),
+    ],
+)
+def test_roles_a_vision_policy_cannot_use_here_are_refused(override, key):
+    config = load_config(override, PRESET)
+    prepare_ppo_assets(config)
+    with pytest.raises(ValueError, match=key):
+        build_dataloaders(config, build_tokenizer(config))
