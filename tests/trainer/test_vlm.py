@@ -10,9 +10,11 @@ import torch
 
 from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
+from verl.model_merger.fsdp import merge_fsdp_checkpoint
 from verl.protocol import DataProto
 from verl.trainer.ppo.builders import build_dataloaders, build_tokenizer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils.dataset.vision import image_messages, load_image, load_vision_processor
 from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
 
 PRESET = "vlm_trainer"
@@ -33,12 +35,47 @@ def transformers_log_probs(model_path: str, batch: DataProto) -> torch.Tensor:
     return torch.log_softmax(head, -1).gather(-1, responses[..., None])[..., 0]
 
 
+def transformers_greedy_accuracy(model_dir: str, val_file: str) -> float:
+    """Greedy accuracy on the task's rows of a model folder loaded by transformers alone."""
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    processor = load_vision_processor(model_dir, tokenizer)
+    assert processor is not None  # the image processor's files went with the weights
+    rows = pq.read_table(val_file).to_pylist()
+    texts, pixels, grids = [], [], []
+    for row in rows:
+        vision = processor.images([load_image(image, "val") for image in row["images"]])
+        messages = image_messages(row["prompt"], len(row["images"]), "val")
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        texts.append(processor.expand(text, vision["image_grid_thw"]))
+        pixels.append(vision["pixel_values"])
+        grids.append(vision["image_grid_thw"])
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    token_types = (inputs["input_ids"] == processor.image_token_id).int()
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            pixel_values=torch.cat(pixels),
+            image_grid_thw=torch.cat(grids),
+            mm_token_type_ids=token_types,
+            max_new_tokens=3,
+            do_sample=False,
+        )
+    answers = tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    truth = [row["reward_model"]["ground_truth"] for row in rows]
+    return sum(a.strip() == t for a, t in zip(answers, truth)) / len(rows)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path):
     overrides = [
         f"trainer.default_local_dir={tmp_path}",
         "trainer.logger=[]",
         "trainer.total_training_steps=75",
+        "trainer.save_freq=75",
         "actor_rollout_ref.rollout.calculate_log_probs=True",  # the rollout's own log-probs, to compare
     ]
     config = load_config(overrides, PRESET)
@@ -61,6 +98,11 @@ def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path)
         trainer.close()
     accuracy = [metrics["val-core/vision_digits/acc/mean@1"] for _, metrics in trainer.validator.history]
     assert accuracy[-1] >= accuracy[0] + 0.25, accuracy
+    # the merger exports a model transformers loads (image processor included) that reads as well
+    exported = merge_fsdp_checkpoint(str(tmp_path / "global_step_75" / "actor"), str(tmp_path / "hf"))
+    assert transformers_greedy_accuracy(exported, config.data.val_files) == pytest.approx(
+        accuracy[-1], abs=0.011
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import os
 import torch
 import torch.distributed.checkpoint as dcp
 
-from verl.utils.model import save_hf_files
+from verl.utils.model import is_vision_language, save_hf_files
 from verl.workers.engine.lora import ADAPTER_DIR, adapter_items, is_trained
 
 HF_SUBDIR = "huggingface"
@@ -64,7 +64,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str, dtype: str = "float32
         model.load_state_dict(state["model"])
         adapter = None
     model.to(torch_dtype)
-    save_hf_files(model, tokenizer, target_dir, model.state_dict(), adapter)
+    save_hf_files(model, tokenizer, target_dir, model.state_dict(), adapter, processor_from=hf_dir)
     return os.path.abspath(target_dir)
 
 
@@ -77,6 +77,8 @@ def _auto_class(config):
     for suffix in ("ForSequenceClassification", "ForTokenClassification"):
         if any(a.endswith(suffix) for a in architectures):
             return getattr(transformers, f"AutoModel{suffix}")
+    if is_vision_language(config):
+        return transformers.AutoModelForImageTextToText
     return transformers.AutoModelForCausalLM
 
 

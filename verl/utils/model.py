@@ -347,6 +347,10 @@ def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
     return ids
 
 
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+"""What a vision-language model's folder holds besides its weights, config and tokenizer."""
+
+
 def save_hf_files(
     module: nn.Module,
     tokenizer,
@@ -354,12 +358,14 @@ def save_hf_files(
     state_dict: dict | None = None,
     adapter: tuple[Any, dict[str, torch.Tensor]] | None = None,
     architecture: str | None = None,
+    processor_from: str | None = None,
 ) -> None:
     """``target``: the model's config, generation config and tokenizer, plus its weights as
     safetensors when ``state_dict`` (full, on CPU) is given, plus ``lora_adapter/`` (peft's
     ``adapter_config.json`` and ``adapter_model.safetensors``) when ``adapter`` = (peft config,
     adapter tensors) is given; ``architecture`` replaces the class named in ``config.json`` (one
-    with the same weight names). Written to a temporary sibling and renamed into place, so a
+    with the same weight names), plus the image processor's files of ``processor_from`` (a
+    vision-language model's folder). Written to a temporary sibling and renamed into place, so a
     reader never sees half a directory."""
     import shutil
     import tempfile
@@ -375,6 +381,10 @@ def save_hf_files(
             if getattr(module, "generation_config", None) is not None:
                 module.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for name in PROCESSOR_FILES if processor_from else ():
+            source = os.path.join(os.path.expanduser(processor_from), name)
+            if os.path.isfile(source):
+                shutil.copyfile(source, os.path.join(tmp, name))
         if architecture is not None:
             config_file = os.path.join(tmp, "config.json")
             with open(config_file) as f:

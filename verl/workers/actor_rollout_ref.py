@@ -481,7 +481,10 @@ class ActorRolloutRefWorker(Worker):
             adapter = (self.actor.module.peft_config[ADAPTER], self.actor.adapter_state_dict_on_cpu())
         if self.rank == 0:
             target = os.path.join(folder, "huggingface")
-            save_hf_files(self.actor.hf_module, self.tokenizer, target, full, adapter)
+            processor = self.config.model.path  # a vision model's image processor goes with it
+            save_hf_files(
+                self.actor.hf_module, self.tokenizer, target, full, adapter, processor_from=processor
+            )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, folder: str) -> None:
