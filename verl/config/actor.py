@@ -146,6 +146,9 @@ class ActorConfig:
     ulysses_sequence_parallel_size: int = ranged(1, at_least(1))
     """Ulysses sequence parallelism: ranks that split each packed sequence between them (needs
     model.use_remove_padding; a group of ranks works as one data-parallel rank)."""
+    freeze_vision_tower: bool = False
+    """A vision-language policy's image encoder keeps its weights (trained: the language model and
+    the projector); an error for a text model."""
     entropy_from_logits_with_chunking: bool = False
     """Compute the entropy over entropy_from_logits_chunk_size positions at a time (less peak memory).
     CPU only: on CUDA the fused log-prob kernel computes the entropy in the same pass, with no

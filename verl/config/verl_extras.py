@@ -90,7 +90,6 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
             "custom async servers are not supported; use rollout.name",
         ),
         (r"\.use_prefix_grouper$", f"the prefix grouper {_NOT_HERE}"),
-        (r"\.freeze_vision_tower$", "vision models are not supported"),
         (r"^data\.(image_patch_size|audio_key|mm_processor_kwargs)$", "multi-modal data is not supported"),
         (r"\.fsdp_config\.forward_only$", "set by the role (the reference only runs forward)"),
         (r"^data\.function_tool_path$", f"function tools {_NOT_HERE}; use a tool YAML"),

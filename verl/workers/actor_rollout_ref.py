@@ -57,6 +57,7 @@ from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, fingerprint
 from verl.workers.rollout.staged import StagedWeights
 from verl.workers.rollout.tp_group import engine_seed
 from verl.workers.rollout.tp_server import build_tp_server
+from verl.workers.vision import freeze_vision_tower
 from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
@@ -123,6 +124,8 @@ class ActorRolloutRefWorker(Worker):
         if self.is_actor:
             actor_cfg = self.config.actor
             module = self._load_policy(actor_cfg.fsdp_config)
+            if actor_cfg.freeze_vision_tower:
+                freeze_vision_tower(module)
             self.actor = build_engine(
                 actor_cfg.strategy,
                 apply_lora(module, model_cfg) if use_lora else module,

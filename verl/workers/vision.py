@@ -34,3 +34,20 @@ def placeholder_token_ids(config) -> list[int]:
     text model): a rollout never samples them, as no features could back them in the next forward."""
     names = ("image_token_id", "video_token_id")
     return [int(i) for i in (getattr(config, name, None) for name in names) if i is not None]
+
+
+VISION_TOWERS = ("visual", "vision_tower", "vision_model")
+"""Attribute names under which transformers' vision-language models keep their image encoder."""
+
+
+def freeze_vision_tower(module: torch.nn.Module) -> None:
+    """``actor.freeze_vision_tower``: the image encoder keeps its weights (no gradient, not in the
+    optimizer); an error for a model without one."""
+    for name, child in module.named_modules():
+        if name.rsplit(".", 1)[-1] in VISION_TOWERS:
+            child.requires_grad_(False)
+            return
+    raise ValueError(
+        f"actor_rollout_ref.actor.freeze_vision_tower=True: {type(module).__name__} has no vision tower "
+        f"(no submodule named one of {VISION_TOWERS}); it applies to vision-language models"
+    )

@@ -16,6 +16,7 @@ data_source                                                 scorer
 ``countdown``                                               :mod:`.countdown`
 ``arith``                                                   :mod:`.arith` (the built-in task)
 ``vision_digits``                                           :mod:`.arith` (the built-in vision task)
+``hiyouga/geometry3k``                                      :mod:`.geo3k` (format and ``\\boxed{}``)
 ``tool_arith``                                              :mod:`.tool_arith` (the built-in tool task)
 ``code_offline``, ``codecontests``, ``apps``,               :mod:`.code` (test cases run in the
 ``codeforces``, ``taco``                                    local sandbox)
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from verl.utils.reward_score import arith, code, countdown, gsm8k, tool_arith
+from verl.utils.reward_score import arith, code, countdown, geo3k, gsm8k, tool_arith
 from verl.utils.reward_score import math as math_score
 
 __all__ = [
@@ -64,6 +65,7 @@ _SCORERS: dict[str, Callable[[str, Any], float | dict[str, float]]] = {
     "countdown": countdown.compute_score,
     "arith": arith.compute_score,
     "vision_digits": arith.compute_score,
+    "hiyouga/geometry3k": geo3k.compute_score,
     "tool_arith": tool_arith.compute_score,
     # verl's names for APPS-format code datasets (it scores them with the pass fraction too)
     "code_offline": code.compute_score,
