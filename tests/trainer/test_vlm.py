@@ -124,3 +124,46 @@ def test_roles_a_vision_policy_cannot_use_here_are_refused(override, key):
     prepare_ppo_assets(config)
     with pytest.raises(ValueError, match=key):
         build_dataloaders(config, build_tokenizer(config))
+
+
+def _trainer(tmp_path, ranks: int) -> RayPPOTrainer:
+    overrides = [
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.logger=[]",
+        f"trainer.n_gpus_per_node={ranks}",
+        "trainer.cpus_per_worker=1",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=4",
+    ]
+    config = load_config(overrides, PRESET)
+    prepare_ppo_assets(config)
+    trainer = RayPPOTrainer(config)
+    trainer.init_workers()
+    return trainer
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_data_parallel_ranks_equal_one_on_an_image_batch(tmp_path):
+    one = _trainer(tmp_path / "one", 1)
+    try:
+        batch = one._repeat_prompts(next(one._batches()))
+        one.global_steps = 1
+        batch = one._generate(batch, {})
+        batch.union(one.actor_rollout_wg.compute_log_prob(batch))
+        batch.batch["advantages"] = torch.randn(
+            batch.batch["responses"].shape, generator=torch.Generator().manual_seed(0)
+        )
+        expected = one.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+    finally:
+        one.close()
+    two = _trainer(tmp_path / "two", 2)
+    try:
+        log_probs = two.actor_rollout_wg.compute_log_prob(batch).batch["old_log_probs"]
+        got = two.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+    finally:
+        two.close()
+    mask = batch.batch["response_mask"].bool()
+    assert torch.allclose(log_probs[mask], batch.batch["old_log_probs"][mask], atol=1e-6)
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-5), key
