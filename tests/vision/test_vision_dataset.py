@@ -65,6 +65,7 @@ def test_items_carry_token_blocks_positions_and_image_inputs(tmp_path, tokenizer
             r"2 <image> placeholder\(s\) but the row has 1",
         ),
         ("=", [{"path": "/no/such/picture.png"}], "placeholder"),
+        ("<image>=", [{"bytes": random_png(1000, 4, 0)}], "image processor refused the images \\(1000x4\\)"),
     ],
 )
 def test_bad_image_rows_name_the_row_when_loaded(tmp_path, tokenizer, processor, prompt, images, expected):

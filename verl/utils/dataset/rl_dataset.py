@@ -244,7 +244,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         if self.processor is not None and images:
             messages = image_messages(messages, len(images), where(*location, cfg.prompt_key))
             loaded = [load_image(image, where(*location, cfg.image_key)) for image in images]
-            vision = self.processor.images(loaded)
+            vision = self.processor.images(loaded, where(*location, cfg.image_key))
         text = self.render(messages, location)
         if vision:
             text = self.processor.expand(text, vision["image_grid_thw"])

@@ -87,9 +87,16 @@ class VisionProcessor:
     image_token_id: int
     merge_size: int
 
-    def images(self, images: list[Any]) -> dict[str, torch.Tensor]:
-        """``pixel_values`` and ``image_grid_thw`` of a prompt's images."""
-        out = self.image_processor(images=images, return_tensors="pt")
+    def images(self, images: list[Any], location: str = "prompt") -> dict[str, torch.Tensor]:
+        """``pixel_values`` and ``image_grid_thw`` of a prompt's images; an image the processor
+        refuses (e.g. Qwen2-VL's aspect ratio over 200) is a :class:`DatasetError` at ``location``."""
+        try:
+            out = self.image_processor(images=images, return_tensors="pt")
+        except ValueError as err:
+            sizes = ", ".join(f"{image.width}x{image.height}" for image in images)
+            raise DatasetError(
+                f"{location}: the model's image processor refused the images ({sizes}): {err}"
+            ) from err
         return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"].long()}
 
     def expand(self, text: str, image_grid_thw: torch.Tensor) -> str:
