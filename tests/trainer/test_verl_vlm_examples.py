@@ -72,9 +72,37 @@ FREEZE_VISION = GEO3K_QWEN2_5_VL_7B.replace(
     "    actor_rollout_ref.model.use_fused_kernels=True\n",
     "    actor_rollout_ref.actor.freeze_vision_tower=True\n",
 )
+# run_qwen2_5_vl-7b_lora.sh: LoRA on the language model (the vision tower excluded), lr 3e-6
+LORA = (
+    GEO3K_QWEN2_5_VL_7B.replace("lr=1e-6", "lr=3e-6")
+    .replace("    actor_rollout_ref.model.use_fused_kernels=True\n", "")
+    .replace("free_cache_engine=True", "free_cache_engine=False")
+    .replace(
+        "    actor_rollout_ref.actor.ppo_mini_batch_size=128\n",
+        "    actor_rollout_ref.actor.ppo_mini_batch_size=128\n"
+        "    actor_rollout_ref.model.lora_rank=64\n"
+        "    actor_rollout_ref.model.lora_alpha=32\n"
+        "    actor_rollout_ref.model.target_modules=all-linear\n"
+        "    actor_rollout_ref.model.exclude_modules='.*visual.*'\n",
+    )
+)
+# run_qwen2_5_vl-7b_seq_balance.sh: token-budget micro-batches instead of fixed sizes
+SEQ_BALANCE = (
+    GEO3K_QWEN2_5_VL_7B.replace("    actor_rollout_ref.model.use_fused_kernels=True\n", "")
+    .replace(
+        "    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=10\n",
+        "    actor_rollout_ref.actor.use_dynamic_bsz=True\n    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=6144\n",
+    )
+    .replace("    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=20\n", "")
+    .replace("    +actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True\n", "")
+    .replace("free_cache_engine=True", "free_cache_engine=False")
+    .replace("ref.log_prob_micro_batch_size_per_gpu=20", "ref.log_prob_max_token_len_per_gpu=6144")
+)
 EXAMPLES = {
     "grpo_trainer/run_qwen2_5_vl-7b.sh": GEO3K_QWEN2_5_VL_7B,
     "grpo_trainer/run_qwen2_5_vl-7b_freeze_vision.sh": FREEZE_VISION,
+    "grpo_trainer/run_qwen2_5_vl-7b_lora.sh": LORA,
+    "grpo_trainer/run_qwen2_5_vl-7b_seq_balance.sh": SEQ_BALANCE,
 }
 
 
