@@ -12,7 +12,8 @@ from verl.builtin.assets import prepare_ppo_assets
 from verl.config.ppo_trainer import load_config
 from verl.model_merger.fsdp import merge_fsdp_checkpoint
 from verl.protocol import DataProto
-from verl.trainer.ppo.builders import build_dataloaders, build_tokenizer
+from verl.trainer.ppo.builders import build_tokenizer
+from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.dataset.vision import image_messages, load_image, load_vision_processor
 from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision

@@ -35,6 +35,7 @@ from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.single_controller import WorkerGroupError
 from verl.trainer.ppo import builders, checkpoint, generation_dump
+from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -120,7 +121,7 @@ class RayPPOTrainer:
         )
         self.device = builders.resolve_device(config)
         self.tokenizer = builders.build_tokenizer(config)
-        self.data = builders.build_dataloaders(config, self.tokenizer)
+        self.data = build_dataloaders(config, self.tokenizer)
         self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
         builders.set_total_steps(config, self.total_training_steps)
         self.reward_fn, self.val_reward_fn = builders.build_reward_fns(config, self.tokenizer)

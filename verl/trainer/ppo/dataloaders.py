@@ -1,0 +1,62 @@
+"""The driver's data: the train and validation loaders of ``data.*`` (with the model's image
+processor when the policy is a vision-language model), and the roles such a policy can use here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verl.config.ppo_trainer import PPOTrainerConfig
+
+
+@dataclass
+class DataLoaders:
+    train: Any
+    val: Any
+    val_dataset: Any
+
+
+def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
+    from verl.utils.dataset.dataloader import create_rl_dataloader
+    from verl.utils.dataset.rl_dataset import create_rl_dataset
+    from verl.utils.dataset.vision import load_vision_processor
+
+    data = config.data
+    vision = load_vision_processor(config.actor_rollout_ref.model.path, tokenizer)
+    if vision is not None:
+        check_vision_roles(config)
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer, data.train_max_samples, vision)
+    val_ds = create_rl_dataset(data.val_files, data, tokenizer, data.val_max_samples, vision)
+    seed = data.seed if data.seed is not None else 1
+    train = create_rl_dataloader(train_ds, data.train_batch_size, data.shuffle, seed, drop_last=True)
+    val = create_rl_dataloader(
+        val_ds, data.val_batch_size or len(val_ds), data.validation_shuffle, seed, drop_last=False
+    )
+    if len(train) == 0:
+        raise ValueError(
+            f"data.train_files has {len(train_ds)} rows, fewer than data.train_batch_size={data.train_batch_size}"
+        )
+    return DataLoaders(train=train, val=val, val_dataset=val_ds)
+
+
+def check_vision_roles(config: PPOTrainerConfig) -> None:
+    """A vision-language policy runs where images reach the model: the hf rollout (vLLM and SGLang get
+    no image inputs here yet, and vLLM's CPU build cannot load Qwen2-VL: its processor needs
+    torchvision, which has no CPU build for this torch), no critic model, no Ulysses."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name != "hf":
+        raise ValueError(
+            f"actor_rollout_ref.rollout.name={rollout.name}: a vision-language model "
+            "(actor_rollout_ref.model.path) generates with rollout.name=hf here; image inputs are not "
+            "passed to vLLM or SGLang yet (docs/vlm.md)"
+        )
+    if config.use_critic:
+        raise ValueError(
+            "critic: a vision-language policy trains without a critic model here (use a critic-free "
+            f"estimator such as algorithm.adv_estimator=grpo; got {config.algorithm.adv_estimator})"
+        )
+    if config.actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1:
+        raise ValueError(
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size: sequence parallelism does not split "
+            "M-RoPE positions yet; set it to 1 for a vision-language model"
+        )
