@@ -168,3 +168,27 @@ def test_two_data_parallel_ranks_equal_one_on_an_image_batch(tmp_path):
     assert torch.allclose(log_probs[mask], batch.batch["old_log_probs"][mask], atol=1e-6)
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert got[key] == pytest.approx(expected[key], rel=1e-5), key
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_remax_baselines_are_generated_from_the_images(tmp_path, monkeypatch):
+    """ReMax's greedy baseline generation gets the rows' images too (a prompt's image tokens
+    without its pictures would fail the forward)."""
+    from verl.trainer.main_ppo import run_ppo
+
+    monkeypatch.chdir(tmp_path)
+    overrides = [
+        "algorithm.adv_estimator=remax",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.logger=[]",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=2",
+        f"trainer.default_local_dir={tmp_path}",
+    ]
+    config = load_config(overrides, PRESET)
+    prepare_ppo_assets(config)
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 1 and metrics["actor/grad_norm"] > 0

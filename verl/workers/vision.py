@@ -16,6 +16,11 @@ VISION_KEYS = ("pixel_values", "image_grid_thw")
 MULTI_MODAL_INPUTS = "multi_modal_inputs"
 
 
+def image_columns(non_tensor_batch: dict) -> list[str]:
+    """The non-tensor columns a forward of these rows needs (their images), for ``DataProto.select``."""
+    return [MULTI_MODAL_INPUTS] if MULTI_MODAL_INPUTS in non_tensor_batch else []
+
+
 def micro_batch_vision(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
     """The rows' image inputs concatenated in order; empty when no row has an image."""
     present = [row for row in rows if row and "pixel_values" in row]

@@ -50,6 +50,7 @@ from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
 from verl.workers.rollout.client import RolloutClient
 from verl.workers.rollout.gap import GapSums
+from verl.workers.vision import image_columns
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +289,9 @@ class RayPPOTrainer:
 
     def _reward_baselines(self, batch: DataProto) -> None:
         """ReMax: the reward of one greedy response per prompt is that prompt's baseline."""
-        prompts = batch.select(batch_keys=PROMPT_KEYS, non_tensor_batch_keys=[])
+        prompts = batch.select(
+            batch_keys=PROMPT_KEYS, non_tensor_batch_keys=image_columns(batch.non_tensor_batch)
+        )
         prompts.meta_info.update(global_steps=self.global_steps, do_sample=False)
         greedy = self.rollout_client.generate_sequences(prompts)
         greedy.meta_info.pop("metrics", None)

@@ -17,6 +17,7 @@ from verl.config.distillation import teacher_plan
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_groups
 from verl.workers.forward import POLICY_INPUT_KEYS
+from verl.workers.vision import image_columns
 
 GROUP_PREFIX = "teacher:"
 """A teacher's worker group is ``wgs["teacher:<key>"]``."""
@@ -37,7 +38,9 @@ class Teachers:
 
     def score(self, batch: DataProto) -> DataProto:
         """The teachers' outputs for every row of ``batch`` (:class:`verl.workers.teacher.TeacherWorker`)."""
-        inputs = batch.select(batch_keys=POLICY_INPUT_KEYS, non_tensor_batch_keys=[])
+        inputs = batch.select(
+            batch_keys=POLICY_INPUT_KEYS, non_tensor_batch_keys=image_columns(batch.non_tensor_batch)
+        )
         if len(self.groups) == 1:
             return next(iter(self.groups.values())).compute_teacher_log_prob(inputs)
         rows = self._rows_by_teacher(batch)
