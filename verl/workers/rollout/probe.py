@@ -16,7 +16,8 @@ Weights can be compared exactly instead: both sides hash the weights *in the eng
 A fingerprint is one number per *group*: a decoder layer (``model.layers.3``) or another
 top-level module (``model.embed_tokens``, ``model.norm``, ``lm_head``). The hash of a group is a
 sum over its elements of a pseudo-random function of (bits, input column), so it does not depend
-on how an engine packs q/k/v or gate/up (they share input columns) or on element order. Only
+on how an engine packs q/k/v or gate/up (they share input columns) or on element order. For each
+column that function is one-to-one on the bits, so any single changed element changes the sum. Only
 ``columns`` sampled input columns of each matrix take part (all of them for small models), so
 that reading back costs ``columns`` times the parameter count in multiply-adds; the columns
 change with every version.
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-_P = 2**31 - 1  # hash arithmetic modulo a prime: products of two residues fit in int64
-_A1, _A2, _A3, _C1, _C2 = 1_103_515_245, 2_654_435_761 % _P, 1_597_334_677, 12_345, 97_531
+_MASK = 0xFFFFFFFF
+_M1, _M2 = 0x7FEB352D, 0x6C8E9CF5  # odd (invertible modulo 2**32) and below 2**31: x * m fits in int64
+_BITS = {2: torch.int16, 4: torch.int32}  # the engines' dtypes: (b)float16 and float32
 READ_BACK_MACS = 2**28
 """Multiply-adds the engine may spend reading back one sync's sampled columns (about 0.5 GFLOP)."""
 MIN_COLUMNS = 16
@@ -67,17 +69,38 @@ def group_of(name: str) -> str:
 
 
 def hash_elements(values: torch.Tensor, columns: torch.Tensor | None, dtype: torch.dtype) -> int:
-    """Order-free hash of ``values`` in ``dtype``; ``columns`` (one per last-dim entry) is mixed in."""
-    values = values.detach().to(dtype) + 0  # -0.0 -> +0.0: a kernel's sum may drop the sign of zero
-    width = 0xFFFF if dtype.itemsize == 2 else 0xFFFFFFFF
-    bits = values.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]).to(torch.int64)
-    x = (bits & width) % _P * _A1 % _P
-    if columns is not None:
-        x = (x + columns.to(x.device, torch.int64) % _P * _A2) % _P
-    x = (x + _C1) % _P
-    x = x * x % _P
-    x = (x * _A3 + _C2) % _P
-    return int((x * x % _P).sum())
+    """Order-free hash of ``values`` in ``dtype``: the sum over elements of a mix of their bits, each
+    XOR-ed first with a key of its input column (``columns``, one per last-dim entry)."""
+    with _one_thread(values.device):
+        values = values.detach().to(dtype) + 0  # -0.0 -> +0.0: a kernel's sum may drop the sign of zero
+        x = values.view(_BITS[dtype.itemsize]).to(torch.int64).bitwise_and_((1 << 8 * dtype.itemsize) - 1)
+        if columns is not None:
+            x ^= _mix(columns.to(x.device, torch.int64) + 1)
+        return int(_mix(x).sum())  # < 2**32 per element: the sum is exact
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A one-to-one scramble of 32-bit values held in int64, in place (multiply-xorshift rounds)."""
+    for m, shift in ((_M1, 16), (_M2, 15)):
+        x.mul_(m).bitwise_and_(_MASK)
+        x ^= x >> shift
+    return x
+
+
+class _one_thread:
+    """On CPU, hash in one thread: the hash is a few cheap memory-bound passes, and on a loaded
+    machine waking torch's thread pool for each can cost a scheduler slice (tenfold slower)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.threads = torch.get_num_threads() if device.type == "cpu" else None
+
+    def __enter__(self) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
 
 
 def hash_matrix(weight: torch.Tensor, spec: FingerprintSpec) -> int:
@@ -86,8 +109,11 @@ def hash_matrix(weight: torch.Tensor, spec: FingerprintSpec) -> int:
     if weight.dim() < 2:
         return hash_elements(weight.reshape(-1), None, dtype)
     columns = spec.column_ids(weight.shape[-1])
-    picked = weight.reshape(-1, weight.shape[-1])[:, columns.to(weight.device)]
-    return hash_elements(picked, columns.expand_as(picked), dtype)
+    picked = weight.reshape(-1, weight.shape[-1])
+    if len(columns) < picked.shape[-1]:  # a sample of the columns (else all, in order)
+        with _one_thread(weight.device):
+            picked = picked[:, columns.to(weight.device)]
+    return hash_elements(picked, columns, dtype)
 
 
 class Fingerprint(dict):
@@ -167,7 +193,7 @@ def _hash_through_kernel(module: torch.nn.Module, spec: FingerprintSpec, rows: i
     one_hot[torch.arange(len(columns), device=device), columns] = 1
     with _exact_matmul():
         read = module.quant_method.apply(module, one_hot).t()[:rows]  # [out, columns]
-    return hash_elements(read, columns.expand_as(read), getattr(torch, spec.dtype))
+    return hash_elements(read, columns, getattr(torch, spec.dtype))
 
 
 class _exact_matmul:
