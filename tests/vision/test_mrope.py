@@ -8,8 +8,8 @@ from tests.vision.conftest import MIXED_PROMPTS, encode, left_padded
 from verl.utils.mrope import model_position_ids, mrope_position_ids
 
 
-def test_positions_equal_the_models_own_rope_index_on_mixed_images(tiny_vlm):
-    tokenizer, model, processor = tiny_vlm
+def test_positions_equal_the_models_own_rope_index_on_mixed_images(vlm_family):
+    tokenizer, model, processor = vlm_family
     encoded = [
         encode(tokenizer, processor, text, sizes, seed=i) for i, (text, sizes) in enumerate(MIXED_PROMPTS)
     ]

@@ -49,8 +49,8 @@ def log_probs(model, data: DataProto, micro_batch_size: int | None, packed: bool
     return torch.cat(outs)
 
 
-def test_padded_and_packed_paths_agree_on_mixed_images(tiny_vlm):
-    tokenizer, model, processor = tiny_vlm
+def test_padded_and_packed_paths_agree_on_mixed_images(vlm_family):
+    tokenizer, model, processor = vlm_family
     data = vision_batch(tokenizer, processor)
     assert data.batch["position_ids"].shape[1] == 3  # M-RoPE: [B, 3, L]
     padded = log_probs(model, data, None, packed=False)
@@ -66,8 +66,8 @@ def test_padded_and_packed_paths_agree_on_mixed_images(tiny_vlm):
     assert not torch.allclose(log_probs(model, blank, None, packed=False)[mask], padded[mask], atol=1e-3)
 
 
-def test_any_micro_batch_split_gives_the_same_log_probs(tiny_vlm):
-    tokenizer, model, processor = tiny_vlm
+def test_any_micro_batch_split_gives_the_same_log_probs(vlm_family):
+    tokenizer, model, processor = vlm_family
     data = vision_batch(tokenizer, processor)
     whole = log_probs(model, data, None, packed=False)
     for size in (1, 3):
