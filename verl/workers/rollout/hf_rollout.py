@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import DynamicCache
@@ -159,11 +160,13 @@ class HFRollout(Rollout):
         prompt_ids = prompts.batch["input_ids"].to(self.device)
         prompt_mask = prompts.batch["attention_mask"].to(self.device)
         prompt_pos = prompts.batch["position_ids"].to(self.device)
-        vision = micro_batch_vision(prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS, []))
-        vision = {k: v.to(self.device) for k, v in vision.items()}
+        images = prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS)  # a vision-language model's rows
+        vision = {
+            k: v.to(self.device) for k, v in micro_batch_vision(images if images is not None else []).items()
+        }
         self._apply_pending()
         decoded = self._decode(*drop_common_left_padding(prompt_ids, prompt_mask, prompt_pos), params, vision)
-        return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params, vision)
+        return self._assemble(prompt_ids, prompt_mask, prompt_pos, decoded, params, images)
 
     def _prefill(
         self,
@@ -244,7 +247,7 @@ class HFRollout(Rollout):
         prompt_pos: torch.Tensor,
         decoded: _Decoded,
         params: SamplingParams,
-        vision: dict[str, torch.Tensor],
+        images: np.ndarray | None,
     ) -> DataProto:
         eos = self.eos_token_ids.tolist() if not params.ignore_eos else [-1]
         tensors = response_tensors(
@@ -254,7 +257,7 @@ class HFRollout(Rollout):
         response_mask = tensors["response_mask"]
         metrics: dict[str, float] = {}
         if self.config.calculate_log_probs and not params.validate:
-            recomputed = self._recompute_log_probs(tensors, params.temperature, vision)
+            recomputed = self._recompute_log_probs(tensors, params.temperature, images)
             mask = response_mask.bool()
             gap = (recomputed - decoded.decode_log_probs.cpu()).abs()[mask]
             metrics["rollout/decode_logprob_diff_max"] = float(gap.max()) if gap.numel() else 0.0
@@ -262,14 +265,13 @@ class HFRollout(Rollout):
         return DataProto.from_dict(tensors, meta_info={"metrics": metrics})
 
     def _recompute_log_probs(
-        self, tensors: dict[str, torch.Tensor], temperature: float, vision: dict[str, torch.Tensor]
+        self, tensors: dict[str, torch.Tensor], temperature: float, images: np.ndarray | None
     ) -> torch.Tensor:
-        data = DataProto.from_dict({k: tensors[k] for k in POLICY_INPUT_KEYS})
+        columns = {MULTI_MODAL_INPUTS: images} if images is not None else None  # each row's pictures
+        data = DataProto.from_dict({k: tensors[k] for k in POLICY_INPUT_KEYS}, non_tensors=columns)
         micro_batches, _ = split_micro_batches(
-            data, POLICY_INPUT_KEYS, None if vision else self.config.log_prob_micro_batch_size_per_gpu
+            data, POLICY_INPUT_KEYS, self.config.log_prob_micro_batch_size_per_gpu
         )
-        if vision:  # the chunk's images, whole: one micro-batch
-            micro_batches[0].update(vision)
         outs = []
         for micro in micro_batches:
             micro = {k: v.to(self.device) for k, v in micro.items()}
