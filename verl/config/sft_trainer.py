@@ -88,6 +88,11 @@ class SFTDataConfig:
     """Pair mode: the prompt column (a string, or a list of chat messages)."""
     response_key: str = "response"
     """Pair mode: the response column (a string), trained on as one assistant turn."""
+    image_key: str = "images"
+    """Column with a row's images (a list of {"bytes": ...}, {"path": ...} or paths), one per <image> placeholder
+    of its messages, in order; read with a vision-language model.path (docs/sft.md), refused with a text-only one."""
+    video_key: str = "videos"
+    """Column with a row's videos: a row with videos is refused (videos are not supported yet)."""
     multiturn: MultiturnConfig = field(default_factory=MultiturnConfig)
     """fsdp_sft_trainer's multi-turn keys."""
     max_length: int = ranged(1024, POSITIVE)

@@ -18,6 +18,11 @@ weights; an RL run starts from that folder with ``actor_rollout_ref.model.path=.
 The loss of a step is the mean over every assistant token of the whole batch (all ranks and
 micro-batches), whatever the micro-batching: each micro-batch adds its summed cross-entropy
 divided by the batch's token count.
+
+A vision-language ``model.path`` (an image processor and an image token in its folder) trains on
+chats with images (:mod:`verl.utils.dataset.sft_dataset`): rows carry ``[3, n]`` M-RoPE positions
+and ``multi_modal_inputs``, which go with them into each micro-batch and the model's forward,
+padded or packed, as in RL.
 """
 
 from __future__ import annotations
@@ -29,18 +34,19 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from verl.config.base import ConfigError, check
 from verl.config.sft_trainer import SFTTrainerConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo import checkpoint
-from verl.utils import fused_log_probs
+from verl.trainer.sft_losses import packed_token_losses, token_losses
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.dataset.dataloader import StatefulDataLoader
 from verl.utils.dataset.sft_dataset import create_sft_dataset, sft_collate
+from verl.utils.dataset.vision import load_vision_processor
 from verl.utils.model import load_causal_lm, load_tokenizer_from, resolve_tokenizer_source, save_hf_files
 from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
@@ -49,7 +55,8 @@ from verl.workers.cpu_attention import default_attention
 from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
-from verl.workers.packing import enable_packing, outputs_at, pack
+from verl.workers.packing import enable_packing
+from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
 
 logger = logging.getLogger(__name__)
 
@@ -86,45 +93,14 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def token_losses(
-    module: torch.nn.Module, micro: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token cross-entropy of predicting each token from the ones before it, and the mask of
-    tokens trained on (``loss_mask`` shifted onto the predicting position)."""
-    width = int(micro["attention_mask"].sum(-1).max())  # right-padded: drop columns of pads only
-    ids, mask = micro["input_ids"][:, :width], micro["attention_mask"][:, :width]
-    logits = module(input_ids=ids, attention_mask=mask, position_ids=micro["position_ids"][:, :width]).logits
-    losses = token_cross_entropy(logits[:, :-1], ids[:, 1:])
-    return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
-
-
-def packed_token_losses(
-    module: torch.nn.Module, micro: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`token_losses` with the micro-batch packed into one row (``model.use_remove_padding``):
-    the LM head runs only where a trained token is predicted. The 1-D losses of those tokens (of
-    this rank's slice of the row under sequence parallelism) and a mask of ones."""
-    packed = pack(micro)
-    trained = (micro["loss_mask"][:, 1:] * micro["attention_mask"][:, 1:]).bool()
-    index = packed.packed_at[:, :-1][trained]  # the position predicting each trained token
-    labels = micro["input_ids"][:, 1:][trained]
-    if ulysses.active():
-        logits, mine = ulysses.local_outputs_at(module, packed, index, causal_lm=True)
-        labels = labels[mine]
-    else:
-        logits = outputs_at(module, packed, index, causal_lm=True)
-    losses = token_cross_entropy(logits, labels)
-    return losses, torch.ones_like(losses)
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """fp32 cross-entropy of each label under ``logits`` (``[..., V]``), shaped like ``labels``. On
-    CUDA the fused log-prob kernel (:mod:`verl.utils.fused_log_probs`: one pass over the logits, no
-    fp32 copy of them; equal within fp32 rounding), elsewhere torch's cross-entropy on fp32 logits."""
-    if fused_log_probs.available(logits):
-        return -fused_log_probs.log_probs_and_entropy(logits, labels, 1.0)[0]
-    flat = logits.float().reshape(-1, logits.shape[-1])
-    return F.cross_entropy(flat, labels.reshape(-1), reduction="none").view(labels.shape)
+def multi_modal_column(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The rows' ``multi_modal_inputs`` as a ``DataProto`` column (none for a text model's rows)."""
+    if not rows or MULTI_MODAL_INPUTS not in rows[0]:
+        return {}
+    column = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        column[i] = row[MULTI_MODAL_INPUTS]
+    return {MULTI_MODAL_INPUTS: column}
 
 
 class SFTTrainer:
@@ -149,6 +125,13 @@ class SFTTrainer:
         _barrier()
         model = config.model
         self.tokenizer = load_tokenizer_from(resolve_tokenizer_source(model, section="model"))
+        self.vision = load_vision_processor(model.path, self.tokenizer)
+        """The model's image processor and image token (a vision-language model), else None."""
+        if self.vision is not None and self.sp_size > 1:
+            raise ConfigError(
+                "engine.ulysses_sequence_parallel_size: sequence parallelism does not split M-RoPE positions "
+                f"yet; expected 1 for a vision-language model.path, got {self.sp_size}"
+            )
         self.train_data = self.build_dataset(config.data.train_files, config.data.train_max_samples)
         self.val_data = (
             self.build_dataset(config.data.val_files, config.data.val_max_samples)
@@ -202,7 +185,7 @@ class SFTTrainer:
     """Whether ``model.use_remove_padding`` (and with it sequence parallelism) applies to this trainer."""
 
     def build_dataset(self, files: Any, max_samples: int) -> Any:
-        return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples)
+        return create_sft_dataset(files, self.config.data, self.tokenizer, max_samples, self.vision)
 
     def build_module(self) -> torch.nn.Module:
         attention = default_attention(self.device, self.config.engine)
@@ -219,8 +202,9 @@ class SFTTrainer:
         return ["validation loss: " + " -> ".join(f"{v:.4f}" for v in self.val_losses)]
 
     def hf_export_options(self) -> dict[str, Any]:
-        """Extra arguments of :func:`save_hf_files` for this trainer's models."""
-        return {}
+        """Extra arguments of :func:`save_hf_files` for this trainer's models: a vision-language
+        model's image processor files go with it."""
+        return {"processor_from": self.config.model.path} if self.vision is not None else {}
 
     # ------------------------------------------------------------------ set-up checks
     def _convert_micro_batch_size(self) -> None:
@@ -300,7 +284,8 @@ class SFTTrainer:
 
     def train_step(self, rows: list[dict[str, list[int]]]) -> dict[str, float]:
         data = self.config.data
-        batch = DataProto.from_dict(sft_collate(self._my_rows(rows), self.tokenizer.pad_token_id))
+        mine = self._my_rows(rows)
+        batch = DataProto.from_dict(sft_collate(mine, self.tokenizer.pad_token_id), multi_modal_column(mine))
         (tokens,) = _all_reduce_sum([float(batch.batch["loss_mask"][:, 1:].sum())])
         tokens /= self.sp_size  # a group's ranks hold the same rows
         # ranks' gradients are averaged: undo that, then the token mean. Under sequence parallelism
@@ -337,11 +322,9 @@ class SFTTrainer:
         rows = list(range(len(self.val_data)))
         share = -(-len(rows) // self.dp_size)  # every rank runs as many forward passes (FSDP gathers)
         mine = [self.val_data[i] for i in rows[self.dp_rank * share : (self.dp_rank + 1) * share]]
-        mine += [{"input_ids": [self.tokenizer.pad_token_id], "loss_mask": [0]}] * (share - len(mine))
+        mine += [self._filler_row()] * (share - len(mine))
         size = self.config.data.micro_batch_size_per_gpu
-        micro_batches = [
-            sft_collate(mine[i : i + size], self.tokenizer.pad_token_id) for i in range(0, share, size)
-        ]
+        micro_batches = [self._micro_batch(mine[i : i + size]) for i in range(0, share, size)]
 
         def forward_fn(module, micro):
             losses, mask = self.token_losses(module, micro)
@@ -353,6 +336,18 @@ class SFTTrainer:
             [sum(float(o["loss_sum"]) for o in outputs), sum(float(o["tokens"]) for o in outputs)]
         )
         return {"val/loss": loss_sum / max(tokens, 1.0)}
+
+    def _micro_batch(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Rows as one right-padded micro-batch, with their image inputs (a vision-language model's)."""
+        images = [row[MULTI_MODAL_INPUTS] for row in rows if MULTI_MODAL_INPUTS in row]
+        return {**sft_collate(rows, self.tokenizer.pad_token_id), **micro_batch_vision(images)}
+
+    def _filler_row(self) -> dict[str, Any]:
+        """A one-pad row without targets: what a rank with fewer validation rows runs instead."""
+        row: dict[str, Any] = {"input_ids": [self.tokenizer.pad_token_id], "loss_mask": [0]}
+        if self.vision is not None:
+            row.update(position_ids=torch.zeros(3, 1, dtype=torch.long), multi_modal_inputs={})
+        return row
 
     # ------------------------------------------------------------------ checkpoints
     def checkpointer(self) -> checkpoint.Checkpointer:

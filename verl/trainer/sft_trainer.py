@@ -30,7 +30,8 @@ from verl.config.cli import check_argv, user_errors_as_one_line
 from verl.config.compat import strip_schema_plus
 from verl.config.ppo_trainer import CONFIG_DIR
 from verl.config.sft_trainer import SFTTrainerConfig, load_sft_config, to_typed_sft_config
-from verl.trainer.sft_loop import SFTTrainer, packed_token_losses, token_cross_entropy, token_losses
+from verl.trainer.sft_loop import SFTTrainer
+from verl.trainer.sft_losses import packed_token_losses, token_cross_entropy, token_losses
 
 __all__ = [
     "SFTTrainer",
