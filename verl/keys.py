@@ -12,7 +12,7 @@ Shapes: ``B`` is the number of rows (prompts x ``rollout.n``), ``P`` the prompt 
 BATCH_KEYS: dict[str, str] = {
     "input_ids": "[B, L] (or [B, P] before generation) token ids, prompt left-padded, response right-padded",
     "attention_mask": "[B, L] 1 on real tokens, 0 on padding",
-    "position_ids": "[B, L] positions counted over real tokens only (0 on left padding)",
+    "position_ids": "[B, L] positions counted over real tokens only (0 on left padding); [B, 3, L] M-RoPE positions for a vision-language model",
     "prompts": "[B, P] the left-padded prompt ids",
     "responses": "[B, R] the generated ids, right-padded",
     "response_mask": "[B, R] 1 on generated tokens up to and including EOS, 0 after",
@@ -49,6 +49,7 @@ NON_TENSOR_KEYS: dict[str, str] = {
     "raw_prompt_ids": "list of prompt token ids without padding (for server rollouts)",
     "full_prompts": "the prompt text after the chat template (when data.return_full_prompt=True)",
     "index": "row index inside its dataset split",
+    "multi_modal_inputs": "dict per row of a vision-language model's image inputs: pixel_values [patches, C], image_grid_thw [images, 3] (empty without images)",
     "acc": "1.0/0.0 per row: the scorer's verdict (when the scorer reports it, as reward_extra_info)",
 }
 
@@ -72,5 +73,6 @@ META_KEYS: dict[str, str] = {
     "max_token_len": "token budget per micro-batch when use_dynamic_bsz=True",
     "use_dynamic_bsz": "whether to group micro-batches by token count",
     "policy_version": "version of the weights that served a request",
+    "proximal_weights": "True when compute_log_prob should use the weights kept at the last sync (async compute_prox_log_prob)",
     "rollout_corr_metrics": "dict of rollout_corr/* metrics written by compute_advantage (algorithm.rollout_correction)",
 }
