@@ -28,7 +28,7 @@ import torch
 
 from verl.config.data import DataConfig
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
-from verl.utils.dataset.vision import image_messages, load_image
+from verl.utils.dataset.vision import check_media, image_messages, load_image
 
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
@@ -135,15 +135,8 @@ class RLHFDataset(torch.utils.data.Dataset):
         validate_columns(table.column_names, file, [cfg.prompt_key, cfg.reward_fn_key, "reward_model"])
         for row, record in enumerate(table.to_pylist()):
             validate_row(record, file, row, prompt_key=cfg.prompt_key, data_source_key=cfg.reward_fn_key)
-            if record.get(cfg.video_key):
-                raise DatasetError(
-                    f"{where(file, row, cfg.video_key)}: videos are not supported; drop the column"
-                )
-            if record.get(cfg.image_key) and self.processor is None:
-                raise DatasetError(
-                    f"{where(file, row, cfg.image_key)}: the row has images but the model "
-                    "(actor_rollout_ref.model.path) is text-only; use a vision-language model or drop the column"
-                )
+            keys = (cfg.image_key, cfg.video_key)
+            check_media(record, file, row, keys, "actor_rollout_ref.model.path", self.processor)
             self.rows.append(record)
             self.locations.append((file, row))
 

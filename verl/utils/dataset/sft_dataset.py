@@ -37,7 +37,7 @@ import torch
 from verl.config.sft_trainer import SFTDataConfig
 from verl.utils.dataset.rl_dataset import _file_list, _read_parquet
 from verl.utils.dataset.schema import DatasetError, where
-from verl.utils.dataset.vision import image_messages, load_image
+from verl.utils.dataset.vision import check_media, image_messages, load_image
 
 __all__ = ["SFTDataset", "create_sft_dataset", "sft_collate"]
 
@@ -74,11 +74,12 @@ class SFTDataset(torch.utils.data.Dataset):
             )
         self.rows: list[dict[str, Any]] = []
         self.locations: list[tuple[str, int]] = []
+        media = (config.image_key, config.video_key)
         for file in _file_list(data_files):
             table = _read_parquet(file)
             self._check_columns(file, table.column_names)
             for row, record in enumerate(table.to_pylist()):
-                self._check_media(record, file, row)
+                check_media(record, file, row, media, "model.path", self.processor)
                 self.rows.append(record)
                 self.locations.append((file, row))
         if max_samples is not None and max_samples > 0:
@@ -99,19 +100,6 @@ class SFTDataset(torch.utils.data.Dataset):
                 f"{file}: expected a chat column {cfg.messages_key!r} (data.messages_key) or the pair columns "
                 f"{cfg.prompt_key!r} and {cfg.response_key!r} (data.prompt_key, data.response_key); "
                 f"it lacks {missing} and has {columns}"
-            )
-
-    def _check_media(self, record: dict[str, Any], file: str, row: int) -> None:
-        cfg = self.config
-        if record.get(cfg.video_key):
-            raise DatasetError(
-                f"{where(file, row, cfg.video_key)}: videos are not supported; drop the column"
-            )
-        if record.get(cfg.image_key) and self.processor is None:
-            raise DatasetError(
-                f"{where(file, row, cfg.image_key)}: the row has images but the model (model.path) is "
-                "text-only (its folder has no image processor and its config no image token); use a "
-                "vision-language model or drop the column"
             )
 
     def __len__(self) -> int:

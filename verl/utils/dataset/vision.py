@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.dataset.schema import DatasetError
+from verl.utils.dataset.schema import DatasetError, where
 from verl.utils.mrope import mrope_position_ids
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -52,6 +52,22 @@ def load_image(value: Any, location: str):
             return image.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise DatasetError(f"{location}: not a readable image ({err})") from err
+
+
+def check_media(
+    record: dict[str, Any], file: str, row: int, keys: tuple[str, str], model_key: str, processor: Any
+):
+    """Refuse a row with videos (``keys``: the image and video columns), or with images when the model
+    (``model_key``) is text-only (``processor`` is None)."""
+    image_key, video_key = keys
+    if record.get(video_key):
+        raise DatasetError(f"{where(file, row, video_key)}: videos are not supported; drop the column")
+    if record.get(image_key) and processor is None:
+        raise DatasetError(
+            f"{where(file, row, image_key)}: the row has images but the model ({model_key}) is text-only "
+            "(its folder has no image processor and its config no image token); use a vision-language "
+            "model or drop the column"
+        )
 
 
 def image_messages(messages: list[dict[str, Any]], num_images: int, location: str) -> list[dict[str, Any]]:
