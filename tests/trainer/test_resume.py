@@ -2,7 +2,8 @@
 SIGKILL (the whole process group: driver, Ray and the workers), then started again.
 
 The metric stream of the interrupted-and-resumed run must equal the uninterrupted one on
-every step, bit for bit (timings and memory excepted).
+every step, bit for bit (timings and memory excepted). The uninterrupted run is trained in this
+process, in the test session's Ray (no start-up of its own).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from verl.config.ppo_trainer import load_config
+from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
@@ -42,7 +45,7 @@ RUN = [
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
 ]
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
-# Three runs start their own Ray clusters side by side: on a busy 2-core machine one run's driver
+# Two runs start their own Ray clusters side by side: on a busy 2-core machine one run's driver
 # once gave up reaching its cluster's GCS after Ray's default 60 s and exited before the test could
 # kill it. A longer limit only delays the failure of a run that truly cannot reach its GCS.
 SLOW_START = {"RAY_gcs_rpc_server_reconnect_timeout_s": "300"}
@@ -105,21 +108,30 @@ def assert_same_stream(actual: dict, expected: dict, steps: int = STEPS) -> None
         assert actual[step] == expected[step], f"step {step} differs"
 
 
-def test_a_run_killed_at_a_random_step_or_while_saving_resumes_to_the_uninterrupted_stream(tmp_path):
-    """Three runs side by side (each its own process group and Ray cluster, so they only share the
-    CPU): the uninterrupted reference; one SIGKILLed after a random step; one SIGKILLed in the
-    middle of writing the step-4 checkpoint. Then both killed runs resume, side by side."""
+def uninterrupted_stream(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, dict[str, float]]:
+    """The reference run, trained in this process (its logs/ and checkpoints/ under ``workdir``)."""
+    workdir.mkdir(parents=True)
+    monkeypatch.chdir(workdir)
+    run_ppo(load_config(RUN), RUN)
+    return metric_stream(workdir)
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_run_killed_at_a_random_step_or_while_saving_resumes_to_the_uninterrupted_stream(
+    tmp_path, monkeypatch
+):
+    """Two runs side by side (each its own process group and Ray cluster, so they only share the
+    CPU): one SIGKILLed after a random step; one SIGKILLed in the middle of writing the step-4
+    checkpoint. Then both resume, side by side, while the uninterrupted reference trains here."""
     reference, at_step, while_saving = tmp_path / "reference", tmp_path / "at_step", tmp_path / "while_saving"
-    runs = [start(reference), start(at_step), start(while_saving, env={"VERL_FAULT": "kill_during_save@4"})]
+    runs = [start(at_step), start(while_saving, env={"VERL_FAULT": "kill_during_save@4"})]
     kill_after = random.Random().randint(2, STEPS - 1)
     deadline = time.monotonic() + 240
-    while logged_steps(at_step) < kill_after and runs[1].poll() is None and time.monotonic() < deadline:
+    while logged_steps(at_step) < kill_after and runs[0].poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert runs[1].poll() is None, "the run ended before it could be killed"
-    kill_group(runs[1])
-    code, out = finish(runs[0])
-    assert code == 0, out[-3000:]
-    code, out = finish(runs[2])
+    assert runs[0].poll() is None, "the run ended before it could be killed"
+    kill_group(runs[0])
+    code, out = finish(runs[1])
     assert code == -signal.SIGKILL, out[-3000:]
 
     # killed at a step: the last committed checkpoint is before the end
@@ -132,6 +144,7 @@ def test_a_run_killed_at_a_random_step_or_while_saving_resumes_to_the_uninterrup
     assert not (root / "global_step_4" / ckpt.DRIVER_FILE).exists()
 
     resumed = [start(at_step), start(while_saving)]
+    expected = uninterrupted_stream(reference, monkeypatch)
     (code_at_step, out_at_step), (code_saving, out_saving) = [finish(proc) for proc in resumed]
     assert code_at_step == 0, out_at_step[-3000:]
     assert "resumed from" in out_at_step and f"global_step_{pointer}" in out_at_step
@@ -139,6 +152,5 @@ def test_a_run_killed_at_a_random_step_or_while_saving_resumes_to_the_uninterrup
     assert "global_step_2 (step 2)" in out_saving
     assert ckpt.read_pointer(str(root)) == STEPS
 
-    expected = metric_stream(reference)
     assert_same_stream(metric_stream(at_step), expected)
     assert_same_stream(metric_stream(while_saving), expected)
