@@ -75,7 +75,7 @@ def stitch(prefix: DataProto, rest: DataProto, eos_token_ids: list[int]) -> Data
     tensors = response_tensors(
         p["prompts"],
         p["attention_mask"][:, :prompt_len],
-        p["position_ids"][:, :prompt_len],
+        p["position_ids"][..., :prompt_len],  # [B, P] or [B, 3, P]
         responses,
         versions,
         eos_token_ids,
