@@ -24,6 +24,13 @@ STDIN = {"inputs": ["3\n", "10\n", "1\n"], "outputs": ["6\n", "55\n", "1\n"]}  #
 CALL = {"fn_name": "rev", "inputs": [["abc"], [""], ["ab"]], "outputs": ["cba", "", "ba"]}
 
 
+@pytest.fixture(autouse=True)
+def patient_sandbox(monkeypatch):
+    """Cases that should pass get a minute (the sandbox's wall clock includes starting Python, which a
+    loaded machine can stretch past the 3 s default); the time-out tests set their own limit."""
+    monkeypatch.setattr(code, "DEFAULT_TIMEOUT_S", 60.0)
+
+
 def fenced(source: str) -> str:
     return f"Here is my solution:\n```python\n{source}\n```\nIt runs in O(n)."
 

@@ -144,13 +144,15 @@ def _passed(result: SandboxResult, expected: Any, fn_name: str | None) -> bool:
 def compute_score(
     solution_str: str,
     ground_truth: Any,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = None,
     memory_mb: int = DEFAULT_MEMORY_MB,
 ) -> dict[str, float]:
     """``{"score": pass_rate, "pass_rate": passed / cases, "acc": 1.0 if all passed else 0.0}``.
 
-    timeout_s / memory_mb: the sandbox's wall-clock and per-process memory limit for each case.
+    timeout_s / memory_mb: the sandbox's wall-clock and per-process memory limit for each case
+    (``timeout_s`` None: :data:`DEFAULT_TIMEOUT_S`, read at each call).
     """
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     cases = parse_test_cases(ground_truth)
     source, fn_name = extract_code(solution_str), cases["fn_name"]
     passed = 0
