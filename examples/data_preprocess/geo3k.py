@@ -21,8 +21,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from verl.utils.dataset.records import LocalRecord, load_hub_splits, load_local_splits, require_fields
-from verl.utils.dataset.schema import DatasetError, make_row, where, write_splits
+from verl.utils.dataset.records import LocalRecord, convert_splits, require_fields
+from verl.utils.dataset.schema import DatasetError, make_row, where
 
 DATA_SOURCE = "hiyouga/geometry3k"
 INSTRUCTION = (
@@ -73,16 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
         "--local_dataset_path", default=None, help="read this folder (or file) instead of the hub"
     )
     args = parser.parse_args(argv)
-    splits = ("train", "test")
-    if args.local_dataset_path:
-        raw = load_local_splits(args.local_dataset_path, splits)
-    else:
-        raw = load_hub_splits(DATA_SOURCE, None, splits)
-    rows = {split: [to_row(r, split, i) for i, r in enumerate(records)] for split, records in raw.items()}
-    paths = write_splits(rows, args.local_dir)
-    for split, path in paths.items():
-        print(f"wrote {len(rows[split])} {split} rows to {path}")
-    return paths
+    return convert_splits(to_row, args.local_dir, args.local_dataset_path, (DATA_SOURCE, None))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from gsm8k import DATA_SOURCE, INSTRUCTION, final_answer
 
-from verl.utils.dataset.records import LocalRecord, load_hub_splits, load_local_splits, require_fields
-from verl.utils.dataset.schema import write_splits
+from verl.utils.dataset.records import LocalRecord, convert_splits, require_fields
 
 
 def to_chat(record: LocalRecord, split: str, index: int) -> dict:
@@ -50,16 +49,9 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
         "--local_dataset_path", default=None, help="read this folder (or file) instead of the hub"
     )
     args = parser.parse_args(argv)
-    splits = ("train", "test")
-    if args.local_dataset_path:
-        raw = load_local_splits(args.local_dataset_path, splits)
-    else:
-        raw = load_hub_splits(DATA_SOURCE, "main", splits)
-    rows = {split: [to_chat(r, split, i) for i, r in enumerate(records)] for split, records in raw.items()}
-    paths = write_splits(rows, args.local_dir)
-    for split, path in paths.items():
-        print(f"wrote {len(rows[split])} {split} chats to {path}")
-    return paths
+    return convert_splits(
+        to_chat, args.local_dir, args.local_dataset_path, (DATA_SOURCE, "main"), what="chats"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verl.utils.dataset.records import LocalRecord, load_hub_splits, load_local_splits, require_fields
-from verl.utils.dataset.schema import DatasetError, make_row, where, write_splits
+from verl.utils.dataset.records import LocalRecord, convert_splits, require_fields
+from verl.utils.dataset.schema import DatasetError, make_row, where
 from verl.utils.reward_score.math import extract_boxed_answer
 
 DEFAULT_DATASET = "DigitalLearningGmbH/MATH-lighteval"
@@ -70,15 +70,11 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     )
     parser.add_argument("--splits", nargs="+", default=["train", "test"], help="splits to convert")
     args = parser.parse_args(argv)
-    if args.local_dataset_path:
-        raw = load_local_splits(args.local_dataset_path, args.splits)
-    else:
-        raw = load_hub_splits(args.dataset, None, args.splits)
-    rows = {s: [to_row(r, s, i, args.dataset) for i, r in enumerate(records)] for s, records in raw.items()}
-    paths = write_splits(rows, args.local_dir)
-    for split, path in paths.items():
-        print(f"wrote {len(rows[split])} {split} rows to {path}")
-    return paths
+
+    def row(record: LocalRecord, split: str, index: int) -> dict:
+        return to_row(record, split, index, args.dataset)
+
+    return convert_splits(row, args.local_dir, args.local_dataset_path, (args.dataset, None), args.splits)
 
 
 if __name__ == "__main__":

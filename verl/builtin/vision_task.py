@@ -21,6 +21,7 @@ import torch
 from verl.builtin.task import CHAR_VOCAB
 from verl.utils.cache import CACHE_DIR_EXPR, build_model_once, cache_dir, resolve_cache_path, write_task_once
 from verl.utils.dataset.schema import make_row, write_splits
+from verl.utils.dataset.vision import VisionProcessor, image_messages, load_image
 
 VISION_DATA_SOURCE = "vision_digits"
 VISION_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-vl-digits"
@@ -190,8 +191,6 @@ def supervised_warmup(
 ):
     """Train ``model`` on ``rows`` (in order, ``batch`` at a time) to answer each prompt with its
     ground truth and EOS: the cross-entropy of those tokens, AdamW without weight decay."""
-    from verl.utils.dataset.vision import VisionProcessor, image_messages, load_image
-
     merge = model.config.vision_config.spatial_merge_size
     image_token = "<|image_pad|>"
     vision = VisionProcessor(
@@ -201,9 +200,7 @@ def supervised_warmup(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     for start in range(0, len(rows) - batch + 1, batch):
-        inputs, labels = _warmup_batch(
-            rows[start : start + batch], tokenizer, vision, image_messages, load_image
-        )
+        inputs, labels = _warmup_batch(rows[start : start + batch], tokenizer, vision)
         logits = model(**inputs).logits[:, :-1].float()
         loss = torch.nn.functional.cross_entropy(
             logits.flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100
@@ -214,9 +211,7 @@ def supervised_warmup(
     model.eval()
 
 
-def _warmup_batch(
-    rows, tokenizer, vision, image_messages, load_image
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _warmup_batch(rows, tokenizer, vision: VisionProcessor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Right-padded prompt + answer + EOS ids with the images' inputs; labels are -100 but on the answer."""
     sequences, answers, pixels, grids = [], [], [], []
     for row in rows:
@@ -240,7 +235,7 @@ def _warmup_batch(
     for i, (seq, n) in enumerate(zip(sequences, answers)):
         ids[i, : len(seq)] = torch.tensor(seq)
         labels[i, len(seq) - n : len(seq)] = torch.tensor(seq[-n:])
-    mask = (labels != -100) | (torch.arange(width) < torch.tensor([len(s) for s in sequences])[:, None])
+    mask = torch.arange(width) < torch.tensor([len(s) for s in sequences])[:, None]
     inputs = {
         "input_ids": ids,
         "attention_mask": mask.long(),

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from verl.utils.dataset.schema import DatasetError, normalize_value, where
+from verl.utils.dataset.schema import DatasetError, normalize_value, where, write_splits
 
 __all__ = [
     "LocalRecord",
+    "convert_splits",
     "find_split_files",
     "load_hub_splits",
     "load_local_splits",
@@ -145,3 +146,25 @@ def require_fields(record: dict[str, Any], fields: Iterable[str], file: str, row
             raise DatasetError(f"{where(file, row, name)}: missing field; the row has {sorted(record)}")
         if not isinstance(value, str) or not value.strip():
             raise DatasetError(f"{where(file, row, name)}: expected a non-empty string, got {value!r:.80}")
+
+
+def convert_splits(
+    to_row: Callable[[LocalRecord, str, int], dict[str, Any]],
+    local_dir: str,
+    local_dataset_path: str | None,
+    hub: tuple[str, str | None],
+    splits: Iterable[str] = ("train", "test"),
+    what: str = "rows",
+) -> dict[str, Path]:
+    """What a preprocessing script does: read ``splits`` from ``local_dataset_path`` (else the hub
+    dataset ``hub`` = (name, config)), turn each record into a row with ``to_row(record, split,
+    index)``, write ``<local_dir>/<split>.parquet`` and say how many ``what`` each holds."""
+    if local_dataset_path:
+        raw = load_local_splits(local_dataset_path, splits)
+    else:
+        raw = load_hub_splits(*hub, splits)
+    rows = {split: [to_row(r, split, i) for i, r in enumerate(records)] for split, records in raw.items()}
+    paths = write_splits(rows, local_dir)
+    for split, path in paths.items():
+        print(f"wrote {len(rows[split])} {split} {what} to {path}")
+    return paths
