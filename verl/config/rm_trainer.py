@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.megatron import MEGATRON
 from verl.config.sft_trainer import SFT_INERT_KEYS, TRUNCATIONS, SFTTrainerConfig
 
 RM_SCHEMA_NAME = "rm_trainer_schema"
@@ -80,6 +81,12 @@ class RMTrainerConfig(SFTTrainerConfig):
             "engine.ulysses_sequence_parallel_size",
             "1 (the reward-model trainer runs its pairs padded, not as packed rows)",
             self.engine.ulysses_sequence_parallel_size,
+        )
+        check(
+            self.engine.strategy != MEGATRON,
+            "engine.strategy",
+            "fsdp or fsdp2 (the reward-model trainer does not run the Megatron engine yet; the SFT trainer does)",
+            self.engine.strategy,
         )
 
     def inert_keys(self) -> tuple[str, ...]:

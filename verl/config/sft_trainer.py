@@ -1,8 +1,9 @@
 """The schema of ``python -m verl.trainer.sft_trainer`` (supervised fine-tuning).
 
 The sections and keys are verl's SFT keys: ``data.*``, ``model.*``, ``engine.*`` (the FSDP
-settings; ``engine=megatron`` is accepted and refused at start-up for now), ``optim.*``, ``checkpoint.*``, ``trainer.*``. The model, engine, optimizer and
-checkpoint sections are the ones RL uses (:mod:`verl.config.actor`, :mod:`verl.config.engine`);
+settings, or with ``engine=megatron`` the Megatron ones), ``optim.*``, ``checkpoint.*``,
+``trainer.*``. The model, engine, optimizer and checkpoint sections are the ones RL uses
+(:mod:`verl.config.actor`, :mod:`verl.config.engine`, :mod:`verl.config.megatron`);
 the older ``fsdp_sft_trainer`` spellings (``model.partial_pretrain``, ``data.multiturn.*``,
 ``optim.warmup_steps_ratio``, ``optim.lr_scheduler``, ``data.micro_batch_size``) are converted at
 start-up and logged. ``verl/trainer/config/sft_trainer.yaml`` is the embedded-default preset.
@@ -33,7 +34,7 @@ from verl.config.compat import check_known_keys
 from verl.config.data import CustomDatasetClassConfig
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.keypaths import get_key, is_schema_key, set_key
-from verl.config.megatron import MEGATRON, STRATEGIES, MegatronConfig, refuse_not_yet
+from verl.config.megatron import INERT_FIELDS, MEGATRON, STRATEGIES, MegatronConfig, refuse_not_yet
 from verl.config.trainer import LOGGERS
 
 logger = logging.getLogger(__name__)
@@ -220,7 +221,8 @@ class SFTEngineConfig(MegatronConfig, FSDPConfig):
     verl) the Megatron keys of :class:`~verl.config.megatron.MegatronConfig`."""
 
     strategy: str = "fsdp"
-    """The engine: fsdp | fsdp2 (FSDP2) | megatron (set by engine=megatron; refused at start-up for now)."""
+    """The engine: fsdp | fsdp2 (FSDP2) | megatron (megatron-core tensor / pipeline / data parallel; set by
+    engine=megatron). Megatron needs a CUDA GPU."""
 
     def validate(self, path: str) -> None:
         check_choice(self.strategy, STRATEGIES, f"{path}.strategy")
@@ -228,15 +230,23 @@ class SFTEngineConfig(MegatronConfig, FSDPConfig):
         if self.strategy == MEGATRON:
             MegatronConfig.validate(self, path)
             refuse_not_yet(self, path)
-            refuse_sft_megatron(path)
 
+    def model_parallel_size(self) -> int:
+        """Ranks that hold one copy of the model between them (Megatron's tensor x pipeline group,
+        which trains on the same rows); 1 for FSDP."""
+        if self.strategy != MEGATRON:
+            return 1
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size
 
-def refuse_sft_megatron(path: str) -> None:
-    """The SFT trainer does not build the Megatron engine yet (delete this when it does)."""
-    raise ConfigError(
-        f"{path}.strategy='megatron' (engine=megatron): the SFT trainer cannot run the Megatron engine yet; "
-        "use engine=fsdp (the default)"
-    )
+    def inert_fields(self) -> tuple[str, ...]:
+        """The fields this strategy leaves unread: the Megatron ones under FSDP; under Megatron the FSDP
+        ones but model_dtype (the dtype the CPU trains in) and those Megatron itself ignores."""
+        megatron = {f.name for f in fields(MegatronConfig)}
+        fsdp = {f.name for f in fields(FSDPConfig)}
+        if self.strategy != MEGATRON:
+            return tuple(sorted(megatron - fsdp))
+        unread = fsdp - megatron - {"model_dtype", "ulysses_sequence_parallel_size"}
+        return tuple(sorted(unread)) + INERT_FIELDS
 
 
 @dataclass
@@ -246,7 +256,8 @@ class SFTTrainerConfig:
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     """The model to fine-tune (the RL policy's model keys)."""
     engine: SFTEngineConfig = field(default_factory=SFTEngineConfig)
-    """FSDP sharding and dtypes (the RL roles' fsdp_config keys); engine=megatron: Megatron's keys."""
+    """FSDP sharding and dtypes (the RL roles' fsdp_config keys); engine=megatron: Megatron's keys (the RL
+    roles' megatron section)."""
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     """AdamW and the LR schedule (clip_grad is the gradient-norm clip)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -271,10 +282,29 @@ class SFTTrainerConfig:
             "1 unless model.use_remove_padding=True (sequences are split as packed rows)",
             sp,
         )
+        if self.engine.strategy == MEGATRON:
+            self._check_megatron()
+
+    def _check_megatron(self) -> None:
+        """What the Megatron engine cannot combine with (the same rules as RL's megatron roles)."""
+        check(
+            self.engine.ulysses_sequence_parallel_size == 1,
+            "engine.ulysses_sequence_parallel_size",
+            "1 with engine=megatron (Megatron splits activations with engine.sequence_parallel)",
+            self.engine.ulysses_sequence_parallel_size,
+        )
+        check(
+            not (self.model.lora_rank or self.model.lora_adapter_path),
+            "model.lora_rank",
+            "0 with engine=megatron (LoRA is not implemented on the Megatron engine; use engine=fsdp)",
+            self.model.lora_rank,
+        )
 
     def inert_keys(self) -> tuple[str, ...]:
-        """The keys of this trainer accepted for verl's scripts that have no effect here."""
-        return SFT_INERT_KEYS
+        """The keys of this trainer accepted for verl's scripts that have no effect here (with the
+        engine section's keys the chosen strategy does not read)."""
+        engine = tuple(f"engine.{name}" for name in self.engine.inert_fields())
+        return tuple(dict.fromkeys(SFT_INERT_KEYS + engine))
 
 
 ConfigStore.instance().store(name=SFT_SCHEMA_NAME, node=SFTTrainerConfig)

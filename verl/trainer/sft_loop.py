@@ -7,13 +7,15 @@ Several processes (GPUs, or CPU ranks over gloo), as in verl::
         model.path=Qwen/Qwen2.5-0.5B-Instruct optim.lr=1e-5 trainer.total_epochs=2 ...
 
 Every process runs this same loop on its share of each batch (no Ray: SFT needs no rollout). It
-trains through the RL roles' engine (:class:`~verl.workers.engine.fsdp.FSDPEngine`: plain torch on
-one CPU rank, FSDP2 otherwise) and writes the same checkpoints: ``global_step_N/model/`` holds the
-sharded model, optimizer and LR schedule, every rank's RNG state and ``huggingface/`` (config and
-tokenizer; the weights too with ``checkpoint.save_contents`` including ``hf_model``), and
-``global_step_N/driver.pt`` the step and data-loader position. A resumed run continues bit for bit
-(same rank count). ``python -m verl.model_merger merge --local_dir global_step_N/model`` exports the
-weights; an RL run starts from that folder with ``actor_rollout_ref.model.path=...``.
+trains through the RL roles' engines (:mod:`verl.trainer.sft_parallel`: FSDP, plain torch on one CPU
+rank and FSDP2 otherwise; or with ``engine=megatron`` megatron-core's tensor, pipeline and data
+parallelism) and writes the same checkpoints: ``global_step_N/model/`` holds the sharded model,
+optimizer and LR schedule, every rank's RNG state and ``huggingface/`` (config and tokenizer; the
+weights too with ``checkpoint.save_contents`` including ``hf_model``), and ``global_step_N/driver.pt``
+the step and data-loader position. A resumed run continues bit for bit (same rank count and layout).
+``python -m verl.model_merger merge --local_dir global_step_N/model`` exports the weights (``--backend
+megatron`` for Megatron's shards); an RL run starts from that folder with
+``actor_rollout_ref.model.path=...``.
 
 The loss of a step is the mean over every assistant token of the whole batch (all ranks and
 micro-batches), whatever the micro-batching: each micro-batch adds its summed cross-entropy
@@ -27,11 +29,9 @@ padded or packed, as in RL.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from verl.config.sft_trainer import SFTTrainerConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo import checkpoint
 from verl.trainer.sft_losses import packed_token_losses, token_losses
+from verl.trainer.sft_parallel import build_sft_engine, check_layout, init_distributed
 from verl.utils.checkpoint_io import torch_load
 from verl.utils.dataset.dataloader import StatefulDataLoader
 from verl.utils.dataset.sft_dataset import create_sft_dataset, sft_collate
@@ -52,7 +53,6 @@ from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.fsdp import FSDPEngine
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 from verl.workers.packing import enable_packing
@@ -62,23 +62,6 @@ logger = logging.getLogger(__name__)
 
 MODEL_DIR = "model"
 INPUT_KEYS = ["input_ids", "attention_mask", "position_ids", "loss_mask"]
-
-
-def init_distributed(config: SFTTrainerConfig, join: bool = True) -> torch.device:
-    """Join torchrun's process group when there is one and ``join`` (gloo on CPU, nccl on CUDA); the device."""
-    want = config.trainer.device
-    use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
-    if want == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device: expected a device this machine has, got 'cuda' (no CUDA GPU here)")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if join and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group(
-            backend="nccl" if use_cuda else "gloo",
-            timeout=datetime.timedelta(seconds=config.trainer.nccl_timeout),
-        )
-    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 
 
 def _all_reduce_sum(values: list[float]) -> list[float]:
@@ -112,17 +95,10 @@ class SFTTrainer:
         joined = distributed and dist.is_initialized()
         self.rank = dist.get_rank() if joined else 0
         self.world_size = dist.get_world_size() if joined else 1
-        self.sp_size = config.engine.ulysses_sequence_parallel_size
-        self.sp_group = ulysses.build_groups(self.sp_size, "engine.ulysses_sequence_parallel_size")
-        self.dp_size = self.world_size // self.sp_size
-        """Data-parallel ranks: a sequence-parallel group of ranks trains on the same rows."""
-        self.dp_rank = self.rank // self.sp_size
-        self.packed = self.packs_sequences and config.model.use_remove_padding
-        """Micro-batches run as packed rows (``model.use_remove_padding``)."""
-        self.token_losses = packed_token_losses if self.packed else token_losses
+        _barrier()  # rank 0 has written the built-in model and data (run_sft)
+        self._set_layout()
         self._convert_micro_batch_size()
         self._check_batch_size()
-        _barrier()
         model = config.model
         self.tokenizer = load_tokenizer_from(resolve_tokenizer_source(model, section="model"))
         self.vision = load_vision_processor(model.path, self.tokenizer)
@@ -157,18 +133,16 @@ class SFTTrainer:
         config.optim.total_training_steps = self.total_steps
         torch.manual_seed(config.trainer.seed)
         module = self.build_module()
-        if self.packed:
+        if self.packs_sequences and model.use_remove_padding:
             module = enable_packing(module)
         if uses_lora(model):
             module = apply_lora(module, model)
-        self.engine = FSDPEngine(
-            module,
-            self.device,
-            replace(config.engine, param_offload=False, optimizer_offload=False),  # inert for SFT
-            optim=config.optim,
-            grad_clip=config.optim.clip_grad,
-            gradient_checkpointing=model.enable_gradient_checkpointing,
-        )
+        self.engine = build_sft_engine(config, module, self.device)
+        self.packed = self.packs_sequences and model.use_remove_padding and self.engine.packs_sequences
+        """Micro-batches run as packed rows (``model.use_remove_padding``; the Megatron engine runs them padded)."""
+        self.token_losses = packed_token_losses if self.packed else token_losses
+        if self.engine.rows_group is not None:
+            self.dp_rank = self.engine.data_parallel_rank()  # megatron-core orders its groups' ranks
         self.global_step = 0
         self.epoch = 0
         self.val_losses: list[float] = []
@@ -207,6 +181,21 @@ class SFTTrainer:
         return {"processor_from": self.config.model.path} if self.vision is not None else {}
 
     # ------------------------------------------------------------------ set-up checks
+    def _set_layout(self) -> None:
+        """Which ranks train on the same rows (:mod:`verl.trainer.sft_parallel`); a Megatron split the
+        model or the rank count cannot take is refused here, before anything is built."""
+        engine = self.config.engine
+        check_layout(self.config, self.world_size)
+        self.sp_size = engine.ulysses_sequence_parallel_size
+        self.sp_group = ulysses.build_groups(self.sp_size, "engine.ulysses_sequence_parallel_size")
+        self.mp_size = engine.model_parallel_size()
+        """Ranks holding one copy of the model (Megatron's TP x PP, else 1): each computes the same loss."""
+        self.replicas = self.sp_size * self.mp_size
+        """Ranks that train on the same rows: a Ulysses group or a Megatron model-parallel group."""
+        self.dp_size = self.world_size // self.replicas
+        """Data-parallel ranks."""
+        self.dp_rank = self.rank // self.replicas
+
     def _convert_micro_batch_size(self) -> None:
         data = self.config.data
         if data.micro_batch_size is not None:
@@ -273,7 +262,7 @@ class SFTTrainer:
 
     def _my_rows(self, rows: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:
         """This data-parallel rank's equal share of a batch: dealt by length (``trainer.balance_batch``)
-        or in order. The ranks of a sequence-parallel group get the same rows."""
+        or in order. The ranks of a sequence-parallel or Megatron model-parallel group get the same rows."""
         if self.dp_size == 1:
             return rows
         if self.config.trainer.balance_batch:
@@ -287,10 +276,11 @@ class SFTTrainer:
         mine = self._my_rows(rows)
         batch = DataProto.from_dict(sft_collate(mine, self.tokenizer.pad_token_id), multi_modal_column(mine))
         (tokens,) = _all_reduce_sum([float(batch.batch["loss_mask"][:, 1:].sum())])
-        tokens /= self.sp_size  # a group's ranks hold the same rows
-        # ranks' gradients are averaged: undo that, then the token mean. Under sequence parallelism
-        # each rank's loss covers its own slice of the rows, so the sum over all ranks is the batch's.
-        scale = self.world_size / max(tokens, 1.0)
+        tokens /= self.replicas  # a group's ranks hold the same rows
+        # The engine averages gradients over ranks (FSDP: all; Megatron: the data-parallel ones): undo
+        # that, then the token mean. Under sequence parallelism each rank's loss covers its own slice of
+        # the rows, so the sum over all ranks is the batch's; a Megatron group's ranks share one loss.
+        scale = self.world_size / self.mp_size / max(tokens, 1.0)
         micro_batches, _ = split_micro_batches(
             batch,
             INPUT_KEYS,
@@ -310,7 +300,7 @@ class SFTTrainer:
         self.engine.lr_scheduler_step()
         loss_sum, skipped = _all_reduce_sum([step["loss_sum"], step["update_skipped"]])
         return {
-            "train/loss": loss_sum / max(tokens, 1.0),
+            "train/loss": loss_sum / self.mp_size / max(tokens, 1.0),
             "train/grad_norm": step["grad_norm"],
             "train/lr": lr,
             "train/tokens": tokens,
@@ -320,7 +310,7 @@ class SFTTrainer:
     def validate(self) -> dict[str, float]:
         """``val/loss``: the mean cross-entropy over every assistant token of the validation set."""
         rows = list(range(len(self.val_data)))
-        share = -(-len(rows) // self.dp_size)  # every rank runs as many forward passes (FSDP gathers)
+        share = -(-len(rows) // self.dp_size)  # every rank runs as many forward passes (collectives)
         mine = [self.val_data[i] for i in rows[self.dp_rank * share : (self.dp_rank + 1) * share]]
         mine += [self._filler_row()] * (share - len(mine))
         size = self.config.data.micro_batch_size_per_gpu

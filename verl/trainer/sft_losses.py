@@ -1,7 +1,9 @@
 """The SFT loss per token: the cross-entropy of each trained token given the ones before it, from
 a right-padded micro-batch (:func:`token_losses`) or the same micro-batch packed into one row
 (:func:`packed_token_losses`, ``model.use_remove_padding``). A vision-language model's micro-batch
-carries ``[B, 3, L]`` M-RoPE positions and its image inputs, which both forwards pass on."""
+carries ``[B, 3, L]`` M-RoPE positions and its image inputs, which both forwards pass on. Under the
+Megatron engine's tensor parallelism the padded forward's logits are a slice of the vocabulary
+(the module's ``vocab_parallel_group``), and the cross-entropy is the vocab-parallel one."""
 
 from __future__ import annotations
 
@@ -26,8 +28,20 @@ def token_losses(
     ids, mask = micro["input_ids"][:, :width], micro["attention_mask"][:, :width]
     positions = model_position_ids(micro["position_ids"][..., :width])  # [B, L], or [3, B, L] (M-RoPE)
     logits = module(input_ids=ids, attention_mask=mask, position_ids=positions, **vision_kwargs(micro)).logits
-    losses = token_cross_entropy(logits[:, :-1], ids[:, 1:])
+    group = getattr(module, "vocab_parallel_group", None)  # Megatron's tensor parallelism: a vocabulary slice
+    if group is not None:
+        losses = _vocab_parallel_cross_entropy(logits[:, :-1], ids[:, 1:], group)
+    else:
+        losses = token_cross_entropy(logits[:, :-1], ids[:, 1:])
     return losses, micro["loss_mask"][:, 1:width].to(losses.dtype)
+
+
+def _vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, group) -> torch.Tensor:
+    """:func:`token_cross_entropy` from this rank's slice of the vocabulary's logits (the Megatron
+    engine under tensor parallelism), without gathering the vocabulary."""
+    from verl.workers.engine.megatron import vocab_parallel
+
+    return -vocab_parallel.log_probs_and_entropy(logits.float(), labels, group, entropy=False)[0]
 
 
 def packed_token_losses(

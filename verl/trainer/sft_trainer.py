@@ -11,7 +11,13 @@ Several processes (GPUs, or CPU ranks over gloo), as in verl::
         data.train_files=~/data/gsm8k_sft/train.parquet data.val_files=~/data/gsm8k_sft/test.parquet \\
         model.path=Qwen/Qwen2.5-0.5B-Instruct optim.lr=1e-5 trainer.total_epochs=2 ...
 
-The loop itself (engine, checkpoints, loss) is :mod:`verl.trainer.sft_loop`.
+The Megatron engine (GPUs; tensor x pipeline parallel groups, the rest data parallel), as in verl::
+
+    torchrun --standalone --nproc_per_node 8 -m verl.trainer.sft_trainer engine=megatron optim=megatron \\
+        engine.tensor_model_parallel_size=2 engine.pipeline_model_parallel_size=2 model.path=... ...
+
+The loop itself (engine, checkpoints, loss) is :mod:`verl.trainer.sft_loop`; the engines and the ranks'
+layout :mod:`verl.trainer.sft_parallel`.
 """
 
 from __future__ import annotations

@@ -192,6 +192,19 @@ def _hf_config(
     return config
 
 
+def load_hf_config(model_config, section: str = "actor_rollout_ref.model"):
+    """The model's HF config (``override_config`` applied) without its weights: what a check of the
+    parallel layout reads before anything is built (``section``: named in errors)."""
+    import_external_lib(model_config.external_lib)
+    return _hf_config(
+        model_config.path,
+        model_config.override_config,
+        model_config.trust_remote_code,
+        model_config.gguf_file,
+        f"{section}.path",
+    )
+
+
 def load_causal_lm(
     model_config,
     dtype: torch.dtype = torch.float32,
