@@ -10,6 +10,8 @@ This module, imported only by the tests (and by the test session's Ray workers t
   no-ops or dummies (gloo is synchronous);
 * the CUDA RNG state calls that megatron's RNG tracker makes (``get_rng_state``, ``set_rng_state``,
   ``manual_seed``) use the CPU generator;
+* the MoE token dispatcher's split sizes, which megatron-core moves to numpy only from CUDA
+  tensors, are converted from CPU tensors too (``all_to_all_single`` refuses tensors there);
 * a ``TorchFunctionMode`` (pushed for the process) maps ``device="cuda"`` in factory functions and
   ``Tensor.cuda()`` to the CPU, and answers ``Tensor.type()`` with the CUDA type names megatron's
   optimizer checks (``torch.cuda.FloatTensor``).
@@ -71,13 +73,22 @@ class _Dummy:
         pass
 
     def __getattr__(self, name):
-        return lambda *args, **kwargs: None
+        return lambda *args, **kwargs: _Dummy()  # an event recorded on a dummy stream is a dummy too
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         return False
+
+
+def _splits_to_host(tensor, as_numpy: bool = False, record_stream: bool = False):
+    """megatron-core's ``maybe_move_tensor_to_cpu`` converts only CUDA tensors (to numpy where asked,
+    what ``all_to_all_single`` takes as split sizes); on CPU the split sizes stay tensors, which the
+    collective refuses. Here a CPU tensor is converted as a GPU one would be."""
+    if torch.is_tensor(tensor) and as_numpy:
+        return tensor.numpy()
+    return tensor
 
 
 def install() -> None:
@@ -100,7 +111,9 @@ def install() -> None:
     cuda.set_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
     cuda.manual_seed = torch.manual_seed
     from megatron.core.tensor_parallel import random as mrandom
+    from megatron.core.transformer.moe import token_dispatcher
 
+    token_dispatcher.maybe_move_tensor_to_cpu = _splits_to_host
     mrandom._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
     _CudaAsCpu().__enter__()

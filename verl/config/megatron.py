@@ -52,10 +52,12 @@ class MegatronConfig:
     """Ranks that split each sequence in attention. Refused above 1: megatron-core's local layer spec
     (no Transformer Engine) has no context-parallel attention."""
     expert_model_parallel_size: int = ranged(1, at_least(1))
-    """Ranks that split a MoE layer's experts. Refused above 1: MoE models come later."""
+    """Ranks that split a MoE layer's experts (Qwen3-MoE, Mixtral); taken from the data-parallel ranks
+    as in megatron-core: it must divide the experts, and expert_tensor_parallel_size x this x PP the
+    role's ranks. Above 1 on a dense model: refused."""
     expert_tensor_parallel_size: int | None = ranged(None, at_least(1))
-    """Tensor parallelism inside each expert (null: the tensor_model_parallel_size). Refused above 1:
-    MoE models come later."""
+    """Tensor parallelism inside each expert (null: the tensor_model_parallel_size, as megatron-core).
+    Only 1 is accepted for a MoE model: split experts were mis-updated by megatron-core 0.16.1 here."""
     sequence_parallel: bool = True
     """Split the activations outside attention and MLP over the tensor-parallel ranks. Needs
     tensor_model_parallel_size > 1: at 1 it is turned off at start-up, as verl does."""
@@ -134,7 +136,6 @@ def _one(value: int | None) -> bool:
     return value in (None, 1)
 
 
-_MOE_LATER = "MoE models come later; this engine trains dense models"
 # field -> (is the value accepted, why not). Drop an entry when the engine implements it.
 NOT_YET: dict[str, tuple[Callable[[Any], bool], str]] = {
     "context_parallel_size": (
@@ -146,8 +147,6 @@ NOT_YET: dict[str, tuple[Callable[[Any], bool], str]] = {
         _one,
         "the interleaved (virtual) pipeline schedule is not implemented yet; use pipeline_model_parallel_size",
     ),
-    "expert_model_parallel_size": (_one, _MOE_LATER),
-    "expert_tensor_parallel_size": (_one, _MOE_LATER),
     "param_offload": (lambda v: not v, "offloading the Megatron engine's weights is not implemented yet"),
     "grad_offload": (lambda v: not v, "offloading the Megatron engine's gradients is not implemented yet"),
     "optimizer_offload": (lambda v: not v, "offloading the Megatron optimizer is not implemented yet"),
@@ -236,7 +235,12 @@ def strategy_inert_keys(config: Any) -> list[str]:
     return inert
 
 
-PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size")
+PARALLEL_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+)
 """The layout colocated roles share: megatron-core keeps one set of groups per process."""
 
 
@@ -279,6 +283,14 @@ def check_megatron_roles(config: Any) -> None:
             f"a size that times pipeline_model_parallel_size ({pp}) divides the {ranks} ranks "
             "(trainer.n_gpus_per_node x trainer.nnodes)",
             tp,
+        )
+        ep, etp = section.expert_model_parallel_size, section.expert_tensor_parallel_size or tp
+        check(
+            ranks % (etp * ep * pp) == 0,
+            f"{key}.expert_model_parallel_size",
+            f"a size that times expert_tensor_parallel_size ({etp}) and pipeline_model_parallel_size ({pp}) "
+            f"divides the {ranks} ranks",
+            ep,
         )
     first = next(iter(megatron), None)
     for key, section in megatron.items():

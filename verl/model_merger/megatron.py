@@ -35,9 +35,9 @@ def merge_megatron_checkpoint(local_dir: str, target_dir: str, dtype: str = "flo
     local_dir, hf_dir = checkpoint_folders(local_dir)
     torch_dtype = export_dtype(dtype)
     config = AutoConfig.from_pretrained(hf_dir)
-    shards = read_shards(local_dir)
+    shards, experts = read_shards(local_dir)
     value_head = _value_head(config, shards)
-    full = full_megatron_state(shards, config, value_head)
+    full = full_megatron_state(shards, config, value_head, experts)
     state = {k: t.to(torch_dtype).contiguous() for k, t in megatron_to_hf(full, config, value_head).items()}
     if config.tie_word_embeddings and not value_head:  # the cast made two tensors: one, as transformers
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -48,9 +48,14 @@ def merge_megatron_checkpoint(local_dir: str, target_dir: str, dtype: str = "flo
     return os.path.abspath(target_dir)
 
 
-def read_shards(local_dir: str) -> dict[tuple[int, int], tuple[str, dict[str, torch.Tensor]]]:
-    """``{(tp_rank, pp_rank): (file, model shard)}`` of data-parallel rank 0, every position present.
-    Files are memory-mapped, so the optimizer states next to the shards cost no memory."""
+Shards = dict[tuple[int, int], tuple[str, dict[str, torch.Tensor]]]
+
+
+def read_shards(local_dir: str) -> tuple[Shards, Shards]:
+    """``{(tp_rank, pp_rank): (file, model shard)}`` of data-parallel rank 0, every position present,
+    and ``{(ep_rank, pp_rank): (file, model shard)}``: where each expert-parallel rank's experts are
+    (megatron-core takes expert parallelism from the data-parallel ranks). Files are memory-mapped,
+    so the optimizer states next to the shards cost no memory."""
     files = sorted(
         (int(m.group(1)), path)
         for path in glob.glob(os.path.join(local_dir, "megatron_rank_*.pt"))
@@ -63,20 +68,21 @@ def read_shards(local_dir: str) -> dict[tuple[int, int], tuple[str, dict[str, to
             else ""
         )
         raise FileNotFoundError(f"{local_dir} has no megatron_rank_*.pt files{hint}")
-    shards, sizes = {}, set()
+    shards, experts, sizes = {}, {}, set()
     for _, path in files:
         state = _load(path)
         layout = state["layout"]
         sizes.add((layout["tp_size"], layout["pp_size"]))
-        if layout["dp_rank"] != 0:
-            continue  # a copy of data-parallel rank 0's shard
         if "model" not in state:
             raise KeyError(f"{path} holds no model (saved without 'model' in checkpoint.save_contents)")
-        shards[(layout["tp_rank"], layout["pp_rank"])] = (path, state["model"])
+        if layout.get("etp_rank", 0) == 0:  # checkpoints of dense-only versions have no expert keys
+            experts.setdefault((layout.get("ep_rank", 0), layout["pp_rank"]), (path, state["model"]))
+        if layout["dp_rank"] == 0:  # the other data-parallel ranks hold copies (experts aside)
+            shards[(layout["tp_rank"], layout["pp_rank"])] = (path, state["model"])
     if len(sizes) != 1:
         raise ValueError(f"{local_dir}: the rank files disagree on (tp_size, pp_size): {sorted(sizes)}")
     _check_complete(local_dir, shards, *sizes.pop())
-    return shards
+    return shards, experts
 
 
 def _load(path: str) -> dict:
@@ -118,9 +124,12 @@ def _value_head(config, shards: dict) -> bool:
     return True
 
 
-def full_megatron_state(shards: dict, hf_config, value_head: bool) -> dict[str, torch.Tensor]:
+def full_megatron_state(
+    shards: Shards, hf_config, value_head: bool, experts: Shards
+) -> dict[str, torch.Tensor]:
     """Full megatron tensors under their one-stage names (global layer numbers), gathered from the
-    tensor-parallel slices of the stage that holds each."""
+    tensor-parallel slices of the stage that holds each; a MoE layer's experts from every
+    expert-parallel rank's local experts."""
     from verl.workers.engine.megatron.weights import FIRST, LAST, slots, unshard
 
     tp = 1 + max(t for t, _ in shards)
@@ -135,6 +144,9 @@ def full_megatron_state(shards: dict, hf_config, value_head: bool) -> dict[str, 
         if not slot.export:
             continue  # a tied output layer: the embedding's tensor
         stage = {FIRST: 0, LAST: pp - 1}.get(slot.layer) if slot.layer < 0 else slot.layer // per_stage
+        if slot.experts:
+            full[slot.local_name(0)] = _expert_stack(slot, experts, stage, stage * per_stage)
+            continue
         local = slot.local_name(stage * per_stage)
         pieces = []
         for t in range(tp):
@@ -144,3 +156,24 @@ def full_megatron_state(shards: dict, hf_config, value_head: bool) -> dict[str, 
             pieces.append(model[local])
         full[slot.local_name(0)] = unshard(slot, pieces)
     return full
+
+
+def _expert_stack(slot, experts: Shards, stage: int, offset: int) -> torch.Tensor:
+    """An experts slot's ``[E, ...]`` tensor: each expert-parallel rank's local experts, in rank order."""
+    ranks = sorted(ep for ep, pp in experts if pp == stage)
+    if ranks != list(range(len(ranks))) or slot.experts % len(ranks):
+        found = sorted(os.path.basename(path) for path, _ in experts.values())
+        raise FileNotFoundError(
+            f"the experts of pipeline stage {stage} need every expert-parallel rank's file; found the ranks "
+            f"{ranks} in {found}"
+        )
+    per_rank = slot.experts // len(ranks)
+    stacks = []
+    for ep in ranks:
+        path, model = experts[(ep, stage)]
+        names = [slot.expert_name(offset, i) for i in range(per_rank)]
+        absent = [n for n in names if n not in model]
+        if absent:
+            raise KeyError(f"{path} has no {absent[0]!r} (expert-parallel rank {ep}, pipeline stage {stage})")
+        stacks += [model[n] for n in names]
+    return torch.stack(stacks)

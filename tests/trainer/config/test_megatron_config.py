@@ -128,13 +128,19 @@ def test_tensor_times_pipeline_must_divide_the_ranks():
         load_config([*MEGATRON, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
 
 
+def test_expert_times_pipeline_must_divide_the_ranks():
+    key = "actor_rollout_ref.actor.megatron.expert_model_parallel_size"
+    with pytest.raises(ConfigError, match=re.escape(key) + ".*divides the 1 ranks"):
+        load_config([*MEGATRON, f"{key}=2"])
+    config = load_config([*MEGATRON, f"{key}=2", "trainer.n_gpus_per_node=2"])
+    assert config.critic.megatron.expert_model_parallel_size == 2  # the critic follows (same processes)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "reason"),
     [
         ("context_parallel_size", "2", "no context-parallel attention"),
         ("virtual_pipeline_model_parallel_size", "2", "interleaved"),
-        ("expert_model_parallel_size", "2", "MoE models come later"),
-        ("expert_tensor_parallel_size", "2", "MoE models come later"),
         ("param_offload", "true", "not implemented yet"),
         ("grad_offload", "true", "not implemented yet"),
         ("optimizer_offload", "true", "not implemented yet"),

@@ -6,6 +6,11 @@ positions, grouped-query attention, SwiGLU -- and differ only in a QKV bias and 
 one small table describes them. Each is known as a causal LM and as the one-label token classifier a
 critic uses (same trunk, a ``score`` head ``[1, hidden]`` instead of ``lm_head``).
 
+The mixture-of-experts families (Qwen3-MoE, Mixtral) replace every layer's MLP by a softmax top-k
+router over SwiGLU experts: megatron-core's ``MoELayer`` with its sequential experts (no grouped GEMM
+without Transformer Engine) and the all-to-all token dispatcher, the experts split over
+``expert_model_parallel_size`` ranks and each expert over ``expert_tensor_parallel_size``.
+
 The model is built from megatron-core's *local* layer spec (plain PyTorch, no Transformer Engine),
 which runs on CPUs and on GPUs without extra packages.
 
@@ -53,6 +58,8 @@ class Family:
     """Whether q/k/v projections have a bias (None: the config's ``attention_bias`` says)."""
     qk_layernorm: bool
     """Per-head RMSNorm of queries and keys before rotary (Qwen3's ``q_norm``/``k_norm``)."""
+    moe: bool = False
+    """Every layer's MLP is a top-k mixture of SwiGLU experts (``mlp.gate`` router, ``mlp.experts``)."""
 
 
 FAMILIES = {
@@ -60,6 +67,8 @@ FAMILIES = {
     "qwen3": Family("Qwen3", qkv_bias=None, qk_layernorm=True),
     "llama": Family("Llama", qkv_bias=None, qk_layernorm=False),
     "mistral": Family("Mistral", qkv_bias=False, qk_layernorm=False),
+    "qwen3_moe": Family("Qwen3Moe", qkv_bias=None, qk_layernorm=True, moe=True),
+    "mixtral": Family("Mixtral", qkv_bias=False, qk_layernorm=False, moe=True),
 }
 """``config.model_type`` -> its family."""
 HEADS = ("ForCausalLM", "ForTokenClassification")
@@ -80,6 +89,34 @@ def family(hf_config) -> Family:
             "for other models"
         )
     return FAMILIES[model_type]
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts model's experts, as its Hugging Face config gives them."""
+
+    count: int
+    top_k: int
+    ffn: int
+    """Each expert's intermediate size."""
+    normalized: bool
+    """The top-k routing weights renormalised to sum to 1 (Mixtral always; Qwen3-MoE's
+    ``norm_topk_prob``); otherwise they stay the softmax over all experts."""
+    aux_loss_coeff: float
+    """``router_aux_loss_coef``: the load-balancing loss's weight, where that loss is turned on."""
+
+
+def experts(hf_config) -> Experts | None:
+    """The experts of a MoE family's config; None for a dense model."""
+    if not family(hf_config).moe:
+        return None
+    return Experts(
+        count=getattr(hf_config, "num_experts", None) or hf_config.num_local_experts,
+        top_k=hf_config.num_experts_per_tok,
+        ffn=getattr(hf_config, "moe_intermediate_size", None) or hf_config.intermediate_size,
+        normalized=bool(getattr(hf_config, "norm_topk_prob", True)),
+        aux_loss_coeff=float(getattr(hf_config, "router_aux_loss_coef", 0.0) or 0.0),
+    )
 
 
 def head_dim(hf_config) -> int:
@@ -124,10 +161,14 @@ def padded_vocab_size(hf_config, tp: int) -> int:
     return -(-hf_config.vocab_size // tp) * tp
 
 
-def check_parallel(hf_config, tp: int, pp: int, key: str = "megatron") -> None:
+def check_parallel(
+    hf_config, tp: int, pp: int, key: str = "megatron", ep: int = 1, etp: int | None = None
+) -> None:
     """Refuse, before anything is built, a model the converter does not know or a split it cannot
-    make; ``key`` names the config section holding the parallel sizes."""
+    make; ``key`` names the config section holding the parallel sizes (``ep``, ``etp``: expert
+    model and expert tensor parallel sizes, None: ``tp``)."""
     family(hf_config)
+    _check_experts(hf_config, tp, ep, tp if etp is None else etp, key)
     _rope_kwargs(hf_config)
     if getattr(hf_config, "mlp_bias", False):
         raise UnsupportedModelError(
@@ -145,6 +186,44 @@ def check_parallel(hf_config, tp: int, pp: int, key: str = "megatron") -> None:
         raise ConfigError(
             f"{key}.pipeline_model_parallel_size: expected a divisor of the model's {layers} layers "
             f"(each stage holds the same number), got {pp}"
+        )
+
+
+def _check_experts(hf_config, tp: int, ep: int, etp: int, key: str) -> None:
+    moe = experts(hf_config)
+    if moe is not None and tp > 1:
+        raise ConfigError(
+            f"{key}.tensor_model_parallel_size: expected 1 for the MoE model {hf_config.model_type}, got {tp}: "
+            "megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, which "
+            "its local layer spec (no Transformer Engine) lacks; split the experts with "
+            "expert_model_parallel_size and expert_tensor_parallel_size instead"
+        )
+    if moe is None:
+        if ep > 1:
+            raise ConfigError(
+                f"{key}.expert_model_parallel_size: expected 1 for {hf_config.model_type}, a dense model "
+                f"without experts, got {ep}"
+            )
+        return
+    sparse = (
+        getattr(hf_config, "decoder_sparse_step", 1),
+        list(getattr(hf_config, "mlp_only_layers", []) or []),
+    )
+    if sparse != (1, []):
+        raise UnsupportedModelError(
+            f"{hf_config.model_type} with decoder_sparse_step={sparse[0]} and mlp_only_layers={sparse[1]}: "
+            "the converter knows models whose every layer is a MoE layer (step 1, no dense layers)"
+        )
+    if moe.count % ep:
+        raise ConfigError(
+            f"{key}.expert_model_parallel_size: expected a divisor of the model's {moe.count} experts, got {ep}"
+        )
+    if etp != 1:
+        raise ConfigError(
+            f"{key}.expert_tensor_parallel_size: expected 1 (or null with tensor_model_parallel_size=1), got "
+            f"{etp}: with experts split 2 ways, megatron-core 0.16.1 updated some expert weights in the wrong "
+            "direction here (off by twice the learning rate after one step, against a single rank), so whole "
+            "experts per rank it is; split them over ranks with expert_model_parallel_size"
         )
 
 
@@ -215,8 +294,31 @@ def transformer_config(
         # tensor-parallel weights (what the gradient norm and the optimizer read) only while initialising
         **parallel,
     )
+    fields.update(_moe_fields(hf_config))
     _apply_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)
     return TransformerConfig(**fields)
+
+
+def _moe_fields(hf_config) -> dict:
+    """``TransformerConfig`` fields of a MoE family (none for a dense model). The router is
+    transformers': softmax over all experts then top-k (renormalised where the model says, which
+    equals megatron-core's top-k-then-softmax); nothing dropped (no capacity factor). The
+    load-balancing loss is off, as verl turns it off for RL; ``override_transformer_config.
+    moe_router_load_balancing_type=aux_loss`` turns it on with the model's ``router_aux_loss_coef``."""
+    moe = experts(hf_config)
+    if moe is None:
+        return {}
+    return dict(
+        num_moe_experts=moe.count,
+        moe_router_topk=moe.top_k,
+        moe_ffn_hidden_size=moe.ffn,
+        moe_router_score_function="softmax",
+        moe_router_pre_softmax=not moe.normalized,
+        moe_token_dispatcher_type="alltoall",  # the one megatron-core dispatcher for varying lengths
+        moe_grouped_gemm=False,  # grouped GEMM needs Transformer Engine
+        moe_router_load_balancing_type="none",
+        moe_aux_loss_coeff=moe.aux_loss_coeff,
+    )
 
 
 class ValueHead(nn.Module):
@@ -250,6 +352,16 @@ def _mask_padded_vocab(vocab: int, padded: int):
     return hook
 
 
+def _define_missing_te_gemm() -> None:
+    """megatron-core 0.16.1's router reads ``moe_utils.te_general_gemm``, which that module defines
+    only when Transformer Engine imports: without TE every MoE forward raised ``NameError``. None is
+    the value its own check (``te_general_gemm is not None``) falls back on."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def build_model(
     hf_config, config: TransformerConfig, *, pre_process: bool, post_process: bool, value_head: bool = False
 ) -> nn.Module:
@@ -260,10 +372,17 @@ def build_model(
 
     tp = config.tensor_model_parallel_size
     padded = padded_vocab_size(hf_config, tp)
+    if config.num_moe_experts:
+        _define_missing_te_gemm()
     model = GPTModel(
         config,
         # RMSNorm named explicitly: left unnamed, the spec picks apex's LayerNorm where apex is installed.
-        get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm"),
+        get_gpt_layer_local_spec(
+            num_experts=config.num_moe_experts,
+            moe_grouped_gemm=False,
+            qk_layernorm=config.qk_layernorm,
+            normalization="RMSNorm",
+        ),
         vocab_size=padded,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -30,9 +29,14 @@ import torch.distributed as dist
 from torch import nn
 
 from verl.config.engine import OptimConfig
-from verl.utils.checkpoint_io import torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
-from verl.workers.engine.megatron.groups import check_device, ensure_process_group, init_model_parallel
+from verl.workers.engine.megatron.checkpoint import ShardedCheckpoint
+from verl.workers.engine.megatron.groups import (
+    check_device,
+    ensure_process_group,
+    expert_sizes,
+    init_model_parallel,
+)
 from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
@@ -74,7 +78,7 @@ class StageModule(nn.Module):
         return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
 
 
-class MegatronEngine(TrainEngine):
+class MegatronEngine(ShardedCheckpoint, TrainEngine):
     """Train or run one HF model as megatron-core shards; ``optim=None``: inference only."""
 
     packs_sequences = False
@@ -105,7 +109,8 @@ class MegatronEngine(TrainEngine):
         self.rank = dist.get_rank()
         self.hf_module = hf_module
         tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
-        check_parallel(self.hf_config, tp, pp, key=key)
+        ep, etp = expert_sizes(megatron)
+        check_parallel(self.hf_config, tp, pp, key=key, ep=ep, etp=etp)
         self.compute_dtype = dtype
         """The weights' dtype: bf16/fp16 with fp32 master weights in the optimizer, or fp32."""
         config = transformer_config(
@@ -115,6 +120,8 @@ class MegatronEngine(TrainEngine):
             dtype=self.compute_dtype,
             overrides=dict(megatron.override_transformer_config or {}),
             sequence_parallel=megatron.sequence_parallel and tp > 1,  # the local spec turns it off, saying so
+            expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=etp,
         )
         config.variable_seq_lengths = (
             True  # micro-batches differ in length (dynamic batches, padding dropped)
@@ -263,9 +270,27 @@ class MegatronEngine(TrainEngine):
         for metrics in per_micro:
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
+        sums.update(self._router_losses(count))
         grad_norm, skipped = self._optimizer_step()
         sums.update(grad_norm=grad_norm, update_skipped=float(skipped), lr=self.current_lr())
         return sums
+
+    def _router_losses(self, micro_batches: int) -> dict[str, float]:
+        """The MoE router's auxiliary losses of this step (``moe_load_balancing_loss``, ``moe_z_loss``
+        where ``override_transformer_config`` turns them on), per layer and micro-batch, averaged
+        over the data-parallel ranks as megatron-core's trainer logs them. Every rank calls this."""
+        from megatron.core.transformer.moe import moe_utils
+
+        tracker = moe_utils.get_moe_layer_wise_logging_tracker()
+        if not self.config.num_moe_experts or not tracker:
+            return {}
+        moe_utils.reduce_aux_losses_tracker_across_ranks()
+        layers = self.config.num_layers
+        out = {
+            f"moe_{name}": float(v["values"].sum()) / (layers * micro_batches) for name, v in tracker.items()
+        }
+        moe_utils.clear_aux_losses_tracker()
+        return out
 
     def _optimizer_step(self) -> tuple[float, bool]:
         """Clip to ``grad_clip`` and step, unless the gradient norm is not finite (then skip)."""
@@ -324,73 +349,3 @@ class MegatronEngine(TrainEngine):
 
         dist.all_reduce(local, group=ps.get_model_parallel_group())
         return int(local)
-
-    # ------------------------------------------------------------------ checkpoints
-    def layout(self) -> dict[str, int]:
-        """Where this rank's shard sits (what ``python -m verl.model_merger merge --backend megatron``
-        reassembles the model from)."""
-        from megatron.core import parallel_state as ps
-
-        return {
-            "tp_rank": ps.get_tensor_model_parallel_rank(),
-            "tp_size": ps.get_tensor_model_parallel_world_size(),
-            "pp_rank": ps.get_pipeline_model_parallel_rank(),
-            "pp_size": ps.get_pipeline_model_parallel_world_size(),
-            "dp_rank": ps.get_data_parallel_rank(),
-        }
-
-    def _shard_file(self, folder: str) -> str:
-        return os.path.join(folder, f"megatron_rank_{self.rank}.pt")
-
-    def _distributed_parts(self) -> list:
-        """The optimizer's distributed parts (``use_distributed_optimizer``): their state lives outside
-        ``state_dict()``; a plain megatron optimizer's does not."""
-        parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
-        return [part for part in parts if hasattr(part, "get_parameter_state_dp_reshardable")]
-
-    def save(self, folder: str, contents: list[str]) -> None:
-        state: dict = {"lr_step": self.lr_step, "layout": self.layout()}
-        if "model" in contents:
-            state["model"] = self._bare_model().state_dict()
-        if "optimizer" in contents and self.optimizer is not None:
-            state["optimizer"] = self.optimizer.state_dict()
-            # The distributed optimizer's state_dict() leaves out the fp32 main weights and Adam's
-            # moments; each part (megatron wraps it in a ChainedOptimizer) gives its own shard of them.
-            state["optimizer_shards"] = []
-            for part in self._distributed_parts():
-                shards = part.get_parameter_state_dp_reshardable()
-                buffers = [by_dtype for key, by_dtype in shards.items() if isinstance(key, int)]
-                entries = [e for b in buffers for buckets in b.values() for bucket in buckets for e in bucket]
-                for entry in entries:  # what the load expects of each: none is padding
-                    entry["padding"] = False
-                state["optimizer_shards"].append(shards)
-        path = self._shard_file(folder)
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)
-
-    def load(self, folder: str, contents: list[str]) -> None:
-        path = self._shard_file(folder)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"{path} is missing: the checkpoint was written by another layout or rank count; exact resume "
-                "needs the same ranks and parallel sizes"
-            )
-        state = torch_load(path)
-        if "model" in contents and "model" in state:
-            self._bare_model().load_state_dict(state["model"])
-        if "optimizer" in contents and "optimizer" in state and self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-            for part, shards in zip(
-                self._distributed_parts(), state.get("optimizer_shards", []), strict=True
-            ):
-                with torch.no_grad():  # the fp32 main weights are views of the model's parameters
-                    part.load_parameter_state_from_dp_reshardable(shards)
-                # megatron's load_state_dict hands every parameter one shared Adam 'step' tensor, which
-                # torch's Adam would then advance once per parameter: one each, as before the save
-                for param_state in part.optimizer.state.values():
-                    if "step" in param_state:
-                        param_state["step"] = param_state["step"].clone()
-        if "extra" in contents:
-            self.lr_step = state["lr_step"]
-            if self.optimizer is not None:
-                self._set_lr(self.optim_config.lr * lr_multiplier(self.lr_step, self.optim_config))

@@ -11,7 +11,12 @@ tensor (what a single rank would hold with ``tp=1``), so each layout rule is wri
 * ``linear_proj``, ``linear_fc2``: split by columns (input features);
 * embedding, output layer: split by vocabulary rows, padded to a multiple of ``T`` (zero rows, see
   :mod:`.arch`), the padding dropped on export;
-* norms (and the critic's value head): whole on every rank.
+* norms, a MoE router (and the critic's value head): whole on every rank;
+* a MoE layer's experts: transformers 5 fuses them into ``mlp.experts.gate_up_proj`` ``[E, 2F, H]``
+  (each expert's ``[gate; up]``) and ``mlp.experts.down_proj`` ``[E, H, F]``; megatron-core holds
+  ``E / EP`` local experts per expert-parallel rank (``local_experts.<i>`` is global expert
+  ``ep_rank * E / EP + i``), each split over the expert-tensor-parallel ranks as a dense MLP is.
+  Such a slot stands for the stack of the rank's local experts.
 
 Pipeline stages number their layers from 0; megatron-core's ``get_transformer_layer_offset`` gives a
 stage's first global layer. :func:`export_hf_state` walks the global list of slots (from the HF config
@@ -29,7 +34,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from verl.workers.engine.megatron.arch import ValueHead, family, head_dim, padded_vocab_size, qkv_bias
+from verl.workers.engine.megatron.arch import (
+    ValueHead,
+    experts,
+    family,
+    head_dim,
+    padded_vocab_size,
+    qkv_bias,
+)
 
 FIRST, LAST = -1, -2
 """The ``layer`` of a slot on the first stage (embedding) and on the last (final norm, head)."""
@@ -53,14 +65,23 @@ class Slot:
     """The full tensor's shape (``tp=1``, vocabulary padded)."""
     export: bool = True
     """False for a tied output layer: its tensor is the embedding's, exported once."""
+    experts: int = 0
+    """A MoE layer's experts stacked (the HF tensor's first dimension): the megatron parameters are the
+    rank's local experts and ``split`` is a dimension of one expert's tensor; 0: one parameter."""
 
     def local_name(self, offset: int) -> str:
+        """The parameter's name on a stage whose first layer is ``offset``; for experts, the name of
+        the stack (``...mlp.experts.<suffix>``, a key of full state dicts, not a parameter)."""
         return f"decoder.layers.{self.layer - offset}.{self.suffix}" if self.layer >= 0 else self.suffix
+
+    def expert_name(self, offset: int, local: int) -> str:
+        """The parameter of local expert ``local`` (an experts slot)."""
+        return self.local_name(offset).replace("mlp.experts.", f"mlp.experts.local_experts.{local}.")
 
 
 def _layer_slots(hf_config, layer: int) -> list[Slot]:
     """One decoder layer's slots, in the order of the HF state dict where fusing allows."""
-    h, f, d = hf_config.hidden_size, hf_config.intermediate_size, head_dim(hf_config)
+    h, d = hf_config.hidden_size, head_dim(hf_config)
     heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
     qkv_rows = (heads + 2 * groups) * d
     bias, qk_norm = qkv_bias(hf_config), family(hf_config).qk_layernorm
@@ -71,23 +92,39 @@ def _layer_slots(hf_config, layer: int) -> list[Slot]:
         ("self_attention.linear_proj.weight", ["self_attn.o_proj.weight"], "plain", 1, (h, heads * d), True),
         ("self_attention.q_layernorm.weight", ["self_attn.q_norm.weight"], "plain", None, (d,), qk_norm),
         ("self_attention.k_layernorm.weight", ["self_attn.k_norm.weight"], "plain", None, (d,), qk_norm),
-        (
-            "mlp.linear_fc1.weight",
-            ["mlp.gate_proj.weight", "mlp.up_proj.weight"],
-            "gate_up",
-            0,
-            (2 * f, h),
-            True,
-        ),
-        ("mlp.linear_fc2.weight", ["mlp.down_proj.weight"], "plain", 1, (h, f), True),
+    ]
+    norms = [
         ("input_layernorm.weight", ["input_layernorm.weight"], "plain", None, (h,), True),
         ("pre_mlp_layernorm.weight", ["post_attention_layernorm.weight"], "plain", None, (h,), True),
     ]
     prefix = f"model.layers.{layer}."
+
+    def made(rows):
+        return [
+            Slot(suffix, layer, tuple(prefix + n for n in hf), kind, split, shape)
+            for suffix, hf, kind, split, shape, present in rows
+            if present
+        ]
+
+    return made(table) + _mlp_slots(hf_config, layer, prefix) + made(norms)
+
+
+def _mlp_slots(hf_config, layer: int, prefix: str) -> list[Slot]:
+    """A layer's MLP: SwiGLU, or a MoE layer's router and experts."""
+    h, moe = hf_config.hidden_size, experts(hf_config)
+    if moe is None:
+        f = hf_config.intermediate_size
+        gate_up = (prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight")
+        return [
+            Slot("mlp.linear_fc1.weight", layer, gate_up, "gate_up", 0, (2 * f, h)),
+            Slot("mlp.linear_fc2.weight", layer, (prefix + "mlp.down_proj.weight",), "plain", 1, (h, f)),
+        ]
+    e, f = moe.count, moe.ffn
+    fc1, fc2 = (prefix + "mlp.experts.gate_up_proj",), (prefix + "mlp.experts.down_proj",)
     return [
-        Slot(suffix, layer, tuple(prefix + n for n in hf), kind, split, shape)
-        for suffix, hf, kind, split, shape, present in table
-        if present
+        Slot("mlp.experts.linear_fc1.weight", layer, fc1, "gate_up", 0, (e, 2 * f, h), experts=e),
+        Slot("mlp.experts.linear_fc2.weight", layer, fc2, "plain", 1, (e, h, f), experts=e),
+        Slot("mlp.router.weight", layer, (prefix + "mlp.gate.weight",), "plain", None, (e, h)),
     ]
 
 
@@ -117,6 +154,8 @@ def hf_names(hf_config, value_head: bool = False) -> list[str]:
 # ---------------------------------------------------------------------------- layouts
 def _to_full(slot: Slot, tensors: list[torch.Tensor], hf_config) -> torch.Tensor:
     """The full megatron tensor from the slot's HF tensors."""
+    if slot.experts:  # HF's fused tensor already stacks each expert's [gate; up] or down rows
+        return tensors[0]
     if slot.kind == "qkv":
         groups = hf_config.num_key_value_heads
         q, k, v = (t.reshape(groups, -1, *t.shape[1:]) for t in tensors)
@@ -132,6 +171,8 @@ def _to_full(slot: Slot, tensors: list[torch.Tensor], hf_config) -> torch.Tensor
 
 def _to_hf(slot: Slot, full: torch.Tensor, hf_config) -> list[torch.Tensor]:
     """The slot's HF tensors from its full megatron tensor (inverse of :func:`_to_full`)."""
+    if slot.experts:
+        return [full]
     if slot.kind == "qkv":
         groups, d = hf_config.num_key_value_heads, head_dim(hf_config)
         per_group = hf_config.num_attention_heads // groups
@@ -146,7 +187,7 @@ def _to_hf(slot: Slot, full: torch.Tensor, hf_config) -> list[torch.Tensor]:
 
 
 def _shard(slot: Slot, full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    """Rank ``rank``'s slice of a full tensor."""
+    """Rank ``rank``'s slice of a full tensor (of one expert, for an experts slot)."""
     if slot.split is None or tp == 1:
         return full
     if slot.kind == "gate_up":
@@ -165,8 +206,13 @@ def _unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
 
 def unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
     """The full tensor from the slices of tensor-parallel ranks ``0..T-1`` (rank order); a slot
-    kept whole on every rank takes the first. For readers of saved shards (the model merger)."""
-    return pieces[0] if slot.split is None or len(pieces) == 1 else _unshard(slot, pieces)
+    kept whole on every rank takes the first. For readers of saved shards (the model merger); an
+    experts slot's pieces are stacks of the same local experts (``[E / EP, ...]``)."""
+    if slot.split is None or len(pieces) == 1:
+        return pieces[0]
+    if slot.experts:
+        return torch.stack([_unshard(slot, list(one)) for one in zip(*pieces, strict=True)])
+    return _unshard(slot, pieces)
 
 
 def megatron_to_hf(
@@ -195,10 +241,14 @@ def _layer_offset(model: nn.Module, pp_rank: int | None = None) -> int:
     return get_transformer_layer_offset(model.config, pp_rank=pp_rank)
 
 
-def _local_slots(model: nn.Module, all_slots: list[Slot]) -> dict[str, Slot]:
-    """This stage's slots by the local parameter name. A tied output layer has a parameter only on a
-    last stage that lacks the embedding (megatron-core keeps a copy there)."""
+def _local_slots(model: nn.Module, all_slots: list[Slot]) -> dict[str, tuple[Slot, int | None]]:
+    """This stage's parameters by local name: their slot, and for a local expert its global index.
+    A tied output layer has a parameter only on a last stage that lacks the embedding (megatron-core
+    keeps a copy there)."""
+    from megatron.core import parallel_state as ps
+
     offset, count = _layer_offset(model), len(model.decoder.layers)
+    ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
     out = {}
     for slot in all_slots:
         if slot.layer >= 0:
@@ -207,8 +257,12 @@ def _local_slots(model: nn.Module, all_slots: list[Slot]) -> dict[str, Slot]:
             here = model.pre_process
         else:
             here = model.post_process and (slot.export or not model.pre_process)
-        if here:
-            out[slot.local_name(offset)] = slot
+        if here and slot.experts:
+            per_rank = slot.experts // ep
+            for local in range(per_rank):
+                out[slot.expert_name(offset, local)] = (slot, ep_rank * per_rank + local)
+        elif here:
+            out[slot.local_name(offset)] = (slot, None)
     return out
 
 
@@ -239,6 +293,7 @@ def load_hf_state(model: nn.Module, hf_config, state: Mapping[str, torch.Tensor]
         )
     _check_names(state, hf_config, value_head)
     tp, rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
     local = _local_slots(model, slots(hf_config, value_head, tp))
     params = dict(model.named_parameters())
     unfilled, unknown = sorted(set(params) - set(local)), sorted(set(local) - set(params))
@@ -247,9 +302,12 @@ def load_hf_state(model: nn.Module, hf_config, state: Mapping[str, torch.Tensor]
             f"megatron parameters without an HF source: {unfilled}; expected but absent: {unknown}"
         )
     with torch.no_grad():
-        for name, slot in local.items():
+        for name, (slot, expert) in local.items():
             full = _to_full(slot, [state[n] for n in slot.hf], hf_config)
-            params[name].copy_(_shard(slot, full, tp, rank))
+            if expert is None:
+                params[name].copy_(_shard(slot, full, tp, rank))
+            else:
+                params[name].copy_(_shard(slot, full[expert], etp, etp_rank))
 
 
 # ---------------------------------------------------------------------------- export
@@ -275,16 +333,33 @@ def _has_value_head(model: nn.Module) -> bool:
     return bool(flag.item())
 
 
+def _all_gather(local: torch.Tensor, group) -> list[torch.Tensor]:
+    pieces = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(pieces, local.detach().contiguous(), group=group)
+    return pieces
+
+
 def _gather(slot: Slot, local: torch.Tensor) -> torch.Tensor:
     """The full tensor from this tensor-parallel group's slices."""
     from megatron.core import parallel_state as ps
 
-    tp = ps.get_tensor_model_parallel_world_size()
-    if slot.split is None or tp == 1:
+    if slot.split is None or ps.get_tensor_model_parallel_world_size() == 1:
         return local.detach()
-    pieces = [torch.empty_like(local) for _ in range(tp)]
-    dist.all_gather(pieces, local.detach().contiguous(), group=ps.get_tensor_model_parallel_group())
-    return _unshard(slot, pieces)
+    return _unshard(slot, _all_gather(local, ps.get_tensor_model_parallel_group()))
+
+
+def _gather_experts(slot: Slot, params: dict, offset: int) -> torch.Tensor:
+    """The full ``[E, ...]`` stack of an experts slot: each local expert gathered over the
+    expert-tensor-parallel group, then the local stacks over the expert-parallel group."""
+    from megatron.core import parallel_state as ps
+
+    ep = ps.get_expert_model_parallel_world_size()
+    local = torch.stack([params[slot.expert_name(offset, i)] for i in range(slot.experts // ep)])
+    if ps.get_expert_tensor_parallel_world_size() > 1:
+        local = unshard(slot, _all_gather(local, ps.get_expert_tensor_parallel_group()))
+    if ep == 1:
+        return local.detach()
+    return torch.cat(_all_gather(local, ps.get_expert_model_parallel_group()))
 
 
 def export_hf_state(
@@ -308,7 +383,9 @@ def export_hf_state(
         if not slot.export:
             continue
         owner = _owner(slot, model, pp)
-        if owner == me:
+        if owner == me and slot.experts:
+            full = _gather_experts(slot, params, offset).contiguous()
+        elif owner == me:
             full = _gather(slot, params[slot.local_name(offset)]).contiguous()
         else:
             full = torch.empty(slot.shape, dtype=any_param.dtype, device=any_param.device)
