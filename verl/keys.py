@@ -49,7 +49,7 @@ NON_TENSOR_KEYS: dict[str, str] = {
     "raw_prompt_ids": "list of prompt token ids without padding (for server rollouts)",
     "full_prompts": "the prompt text after the chat template (when data.return_full_prompt=True)",
     "index": "row index inside its dataset split",
-    "multi_modal_inputs": "dict per row of a vision-language model's image inputs: pixel_values [patches, C], image_grid_thw [images, 3] (empty without images)",
+    "multi_modal_inputs": "dict per row of a vision-language model's image inputs: pixel_values [patches, C], image_grid_thw [images, 3] (empty without images), in the order of the row's image blocks (an agent loop's tools' images follow the prompt's)",
     "acc": "1.0/0.0 per row: the scorer's verdict (when the scorer reports it, as reward_extra_info)",
 }
 

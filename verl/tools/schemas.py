@@ -55,11 +55,27 @@ class OpenAIFunctionCall:
 
 @dataclass
 class ToolResponse:
-    """What a tool returns to the model (text only here; images and videos are verl's multimodal tools)."""
+    """What a tool returns to the model: text, and images for a vision-language policy.
+
+    ``image`` is a list (one entry per image, as verl's tools return them): PIL images, encoded bytes,
+    ``{"bytes": ...}`` / ``{"path": ...}`` dicts or file paths. The agent loop puts the images before
+    the text in the tool message, expands each to the model's image tokens and adds its pixels to the
+    trajectory's ``multi_modal_inputs`` (docs/vlm.md). ``video`` is verl's field; the agent loop refuses it.
+    """
 
     text: str | None = None
     image: list[Any] | None = None
     video: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        # a bare image would be iterated pixel row by pixel row (or byte by byte) further on
+        for name in ("image", "video"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, list):
+                raise TypeError(
+                    f"ToolResponse.{name} must be a list (one entry per {name}), got {type(value).__name__}; "
+                    f"wrap a single one as [{name}]"
+                )
 
     def is_empty(self) -> bool:
         return not self.text and not self.image and not self.video

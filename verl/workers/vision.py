@@ -8,7 +8,9 @@ order of the image tokens in its flattened ``input_ids`` (see :mod:`verl.utils.d
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -32,6 +34,47 @@ def micro_batch_vision(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
 def vision_kwargs(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The image inputs of a micro-batch, as the model's forward takes them (none for text)."""
     return {key: micro[key] for key in VISION_KEYS if key in micro}
+
+
+def encode_images(vision: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """A request's image inputs as JSON (the agent loop -> rollout server ``/generate``): each tensor's
+    dtype, shape and raw bytes in base64, so the server computes with exactly the pixels the trainer
+    will see."""
+    return {
+        key: {
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "shape": list(tensor.shape),
+            "data": base64.b64encode(tensor.detach().cpu().contiguous().view(torch.uint8).numpy()).decode(),
+        }
+        for key, tensor in vision.items()
+    }
+
+
+def decode_images(payload: Any, field: str = "multi_modal_inputs") -> dict[str, torch.Tensor]:
+    """:func:`encode_images` read back; a malformed payload is a ``ValueError`` naming ``field``."""
+    if not isinstance(payload, dict) or set(payload) != set(VISION_KEYS):
+        raise ValueError(f"{field}: expected an object with exactly {list(VISION_KEYS)}")
+    out = {}
+    for key, entry in payload.items():
+        try:
+            dtype = getattr(torch, entry["dtype"])
+            raw = bytearray(base64.b64decode(entry["data"], validate=True))
+            out[key] = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(entry["shape"])
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+            raise ValueError(f"{field}.{key}: expected {{dtype, shape, data (base64)}}: {error}") from error
+    if out["image_grid_thw"].dim() != 2 or out["image_grid_thw"].shape[-1] != 3:
+        raise ValueError(
+            f"{field}.image_grid_thw: expected shape [images, 3], got {list(out['image_grid_thw'].shape)}"
+        )
+    return out
+
+
+def mrope_spec(config) -> tuple[int, int] | None:
+    """(image token id, spatial merge size) of a Qwen2-VL-style model, whose positions are M-RoPE;
+    None for a text model."""
+    token = getattr(config, "image_token_id", None)
+    merge = getattr(getattr(config, "vision_config", None), "spatial_merge_size", None)
+    return None if token is None or merge is None else (int(token), int(merge))
 
 
 def placeholder_token_ids(config) -> list[int]:

@@ -26,9 +26,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import yaml
 
+from verl.utils.dataset.vision import VisionProcessor, image_messages
 from verl.workers.rollout.server_client import post_json
+from verl.workers.vision import MULTI_MODAL_INPUTS, encode_images
 
 
 @dataclass
@@ -49,6 +52,10 @@ class AgentLoopOutput:
     """Chat turns: user, assistant and tool messages."""
     metrics: dict[str, float] = field(default_factory=dict)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
+    """A vision-language policy's images of the whole sequence, in the order of their image blocks
+    (the prompt's, then those tools returned): ``pixel_values`` and ``image_grid_thw``; ``{}`` without
+    images, None from a loop that does not handle them (``AgentLoopBase.takes_images``)."""
 
 
 @dataclass
@@ -125,14 +132,24 @@ class ServerManager:
         self.sticky: dict[str, str] = {}
 
     async def generate(
-        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        multi_modal_inputs: dict[str, torch.Tensor] | None = None,
+        **kwargs: Any,
     ) -> TokenOutput:
         """``sampling_params``: ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
-        ``do_sample``, ``validate`` (other keys, e.g. verl's ``logprobs``, are dropped)."""
+        ``do_sample``, ``validate`` (other keys, e.g. verl's ``logprobs``, are dropped).
+        ``multi_modal_inputs``: the images of a vision-language prompt, one per image block of
+        ``prompt_ids`` (expanded to the model's image tokens), sent with every turn."""
         address = self.sticky.get(request_id) or min(self.addresses, key=lambda a: self.in_flight[a])
         self.sticky[request_id] = address
         body = {k: v for k, v in sampling_params.items() if k in _SAMPLING_KEYS}
         body["prompt_ids"] = list(prompt_ids)
+        if multi_modal_inputs:
+            body["multi_modal_inputs"] = encode_images(multi_modal_inputs)
         self.in_flight[address] += 1
         try:
             loop = asyncio.get_running_loop()
@@ -152,7 +169,11 @@ _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "do_sam
 
 class AgentLoopBase(ABC):
     """``config``: the whole trainer config; ``tools``: the tools of ``multi_turn.tool_config_path``
-    by name."""
+    by name; ``processor``: the policy's :class:`VisionProcessor` (None for a text model)."""
+
+    takes_images = False
+    """Whether the loop passes a row's images to the model (and returns them in
+    ``AgentLoopOutput.multi_modal_inputs``); rows with images are refused for a loop that does not."""
 
     def __init__(
         self,
@@ -160,9 +181,11 @@ class AgentLoopBase(ABC):
         server_manager: ServerManager,
         tokenizer: Any,
         tools: dict[str, Any] | None = None,
+        processor: VisionProcessor | None = None,
         **kwargs: Any,
     ) -> None:
         self.config = config
+        self.processor = processor
         self.rollout_config = config.actor_rollout_ref.rollout
         self.server_manager = server_manager
         self.tokenizer = tokenizer
@@ -178,6 +201,19 @@ class AgentLoopBase(ABC):
         return render_messages(
             self.tokenizer, messages, add_generation_prompt, self.apply_chat_template_kwargs, **extra
         )
+
+    def render_prompt(self, row: dict[str, Any], **extra: Any) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """The row's ``raw_prompt`` under the chat template (``extra``: e.g. ``tools``), and its images:
+        for a vision-language policy each ``<image>`` becomes an image part, expanded to the image
+        tokens of the row's ``multi_modal_inputs`` (the dataset's pixels, reused as they are)."""
+        messages = list(row["raw_prompt"])
+        vision = dict(row.get(MULTI_MODAL_INPUTS) or {})
+        if self.processor is None or not vision:
+            return self.render(messages, add_generation_prompt=True, **extra), {}
+        grid = vision["image_grid_thw"]
+        messages = image_messages(messages, len(grid), "the row's raw_prompt")
+        ids = self.render(messages, add_generation_prompt=True, **extra)
+        return self.processor.expand_ids(ids, grid), vision
 
     @staticmethod
     def new_request_id() -> str:

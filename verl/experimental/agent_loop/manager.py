@@ -11,7 +11,10 @@ or a long answer never holds up the other trajectories. The batch the trainer ge
 * ``response_mask`` [B, R]: 1 on model tokens only (interior zeros on tool turns);
   ``attention_mask`` covers every real token, ``position_ids`` count them;
 * ``rollout_log_probs`` (``calculate_log_probs``), ``response_versions`` (-1 off model tokens),
-  ``policy_version``; non-tensor ``__num_turns__`` and ``tool_rewards``.
+  ``policy_version``; non-tensor ``__num_turns__`` and ``tool_rewards``;
+* for a vision-language policy: ``multi_modal_inputs`` per row (the prompt's images, then those its
+  tools returned, in the order of their image blocks; it replaces the prompts' column) and
+  ``position_ids`` ``[B, 3, P + R]``, the M-RoPE positions of the whole sequence with all its images.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.experimental.agent_loop.chat_proxy import ChatProxy
 from verl.protocol import DataProto
+from verl.utils.dataset.vision import load_vision_processor
 from verl.workers.rollout.sampling import derived_seed
 from verl.workers.rollout.server_client import MAX_CONCURRENCY, SAMPLING_META, PendingBatch
+from verl.workers.vision import MULTI_MODAL_INPUTS
 
 
 class AgentLoopManager:
@@ -51,6 +56,7 @@ class AgentLoopManager:
         self.rollout = config.actor_rollout_ref.rollout
         self.tokenizer = tokenizer
         self.pad_token_id = tokenizer.pad_token_id
+        self.processor = load_vision_processor(config.actor_rollout_ref.model.path, tokenizer)
         if self.rollout.agent.agent_loop_config_path:
             register_from_config(self.rollout.agent.agent_loop_config_path)
         get_agent_loop_class(
@@ -98,12 +104,18 @@ class AgentLoopManager:
     async def _run(self, row: dict[str, Any], sampling: dict[str, Any]) -> AgentLoopOutput:
         name = row.get("agent_name") or self.rollout.agent.default_agent_loop
         cls, init_kwargs = get_agent_loop_class(str(name), "the dataset column agent_name")
+        if row.get(MULTI_MODAL_INPUTS) and not cls.takes_images:
+            raise ValueError(
+                f"the agent loop {name!r} ({cls.__name__}) does not pass a row's images to the model; rows "
+                "with images run under tool_agent or single_turn_agent (the dataset column agent_name)"
+            )
         loop = cls(
             self.config,
             self.server_manager,
             self.tokenizer,
             tools=self.tools,
             chat_proxy=self.chat_proxy,
+            processor=self.processor,
             **init_kwargs,
         )
         return await loop.run(sampling, **row)
@@ -161,9 +173,43 @@ class AgentLoopManager:
             "__num_turns__": np.array([o.num_turns for o in outputs], dtype=np.int64),
             "tool_rewards": _object_array([o.extra_fields.get("tool_rewards", []) for o in outputs]),
         }
+        if self.processor is not None:
+            self._add_images(tensors, non_tensor, outputs)
         metrics = _metrics(outputs)
         metrics["agent/prompt_truncated"] = float(truncated)
         return DataProto.from_dict(tensors, non_tensors=non_tensor, meta_info={"metrics": metrics})
+
+    def _add_images(
+        self,
+        tensors: dict[str, torch.Tensor],
+        non_tensor: dict[str, np.ndarray],
+        outputs: list[AgentLoopOutput],
+    ) -> None:
+        """A vision-language policy's rows: each one's images as ``multi_modal_inputs`` and the M-RoPE
+        positions ``[B, 3, L]`` of its whole sequence (prompt, model and tool turns) with them."""
+        ids, mask = tensors["input_ids"], tensors["attention_mask"]
+        token, merge = self.processor.image_token_id, self.processor.merge_size
+        positions, column = [], []
+        for i, out in enumerate(outputs):
+            vision = out.multi_modal_inputs or {}
+            if vision and len(out.prompt_ids) > self.rollout.prompt_length:
+                raise ValueError(
+                    f"row {i}: a prompt with images has {len(out.prompt_ids)} tokens, more than "
+                    f"actor_rollout_ref.rollout.prompt_length={self.rollout.prompt_length}; an image block "
+                    "is never cut (raise data.max_prompt_length)"
+                )
+            grid = vision.get("image_grid_thw", torch.zeros(0, 3, dtype=torch.long))
+            found = int((ids[i][mask[i].bool()] == token).sum())
+            expected = int((grid.prod(-1) // merge**2).sum())
+            if found != expected:
+                raise ValueError(
+                    f"row {i}: the sequence has {found} image tokens but its agent loop returned "
+                    f"{len(grid)} image(s) for {expected} (AgentLoopOutput.multi_modal_inputs)"
+                )
+            positions.append(self.processor.position_ids(ids[i], mask[i], vision))
+            column.append(vision)
+        tensors["position_ids"] = torch.stack(positions)
+        non_tensor[MULTI_MODAL_INPUTS] = _object_array(column)
 
 
 def _prompt_ids(prompts: DataProto, i: int) -> list[int]:

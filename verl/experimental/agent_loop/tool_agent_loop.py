@@ -15,6 +15,14 @@ the model and a count in the metrics (``agent/tool_errors/<kind>``); the traject
 Each tool gets ``create`` at the start (with ``extra_info.tools_kwargs[<name>].create_kwargs``),
 ``calc_reward`` and ``release`` at the end, whatever happened in between. Tools run on the agent
 loop's event loop: a tool that blocks (a subprocess, a network call) should ``await`` it.
+
+Images (a vision-language policy): the prompt's images come with the row (``multi_modal_inputs``);
+a tool may answer with images too (``ToolResponse.image``). Its message is then the images' parts
+followed by its text, each image expanded to the model's image tokens, and its pixels join the
+trajectory's images, which every later turn and the trainer's forward get (the M-RoPE positions
+of the whole sequence are built from them, :mod:`verl.experimental.agent_loop.manager`). A tool
+image for a text-only policy, or a video, is an error naming the tool; an image that cannot be
+read or that the image processor refuses is an ``Error: ...`` answer (``tool_errors/exception``).
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from verl.experimental.agent_loop.agent_loop import (
     render_continuation,
 )
 from verl.experimental.agent_loop.tool_parser import parameter_types, parse_tool_calls
-from verl.tools.schemas import OpenAIFunctionCall
+from verl.tools.schemas import OpenAIFunctionCall, ToolResponse
+from verl.utils.dataset.schema import DatasetError
+from verl.utils.dataset.vision import load_image
+from verl.workers.vision import micro_batch_vision
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 ERROR_KINDS = ("malformed", "unknown", "exception", "timeout")
@@ -49,28 +60,52 @@ class _Trajectory(Trajectory):
     tool_calls: int = 0
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     tool_rewards: list[float] = field(default_factory=list)
+    images: list[dict[str, Any]] = field(default_factory=list)
+    """The image inputs of the prompt and of each tool turn that had images, in order."""
+
+    def vision(self) -> dict[str, Any]:
+        """The images of the sequence so far, concatenated in order (``{}`` without images)."""
+        return micro_batch_vision(self.images)
 
     def add_model_turn(self, out: TokenOutput) -> None:
         self.add_model_tokens(out.token_ids, out.log_probs, out.versions)
         self.assistant_turns += 1
 
-    def add_tool_turn(self, ids: list[int]) -> None:
+    def add_tool_turn(self, ids: list[int], vision: dict[str, Any]) -> None:
         self.add_context_tokens(ids)
         self.tool_turns += 1
+        if vision:
+            self.images.append(vision)
+
+
+@dataclass
+class _Answer:
+    """One call's answer: the text for the model and, from a tool that returned images, their inputs."""
+
+    text: str
+    vision: dict[str, Any] = field(default_factory=dict)
+
+    def message(self, text: str) -> dict[str, Any]:
+        """The tool message: the images' parts, then the text (``text``: the answer's, truncated)."""
+        if not self.vision:
+            return {"role": "tool", "content": text}
+        parts: list[dict[str, str]] = [{"type": "image"}] * len(self.vision["image_grid_thw"])
+        return {"role": "tool", "content": parts + ([{"type": "text", "text": text}] if text else [])}
 
 
 @register("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
+    takes_images = True
+
     @functools.cached_property
     def parameter_types(self) -> dict[str, dict[str, str]]:
         """What the tools' schemas declare, for the XML call formats' text values."""
         return parameter_types([tool.tool_schema.to_dict() for tool in self.tools.values()])
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        messages = list(kwargs["raw_prompt"])
         schemas = [tool.tool_schema.to_dict() for tool in self.tools.values()]
-        prompt_ids = self.render(messages, add_generation_prompt=True, tools=schemas or None)
-        trajectory = _Trajectory()
+        prompt_ids, vision = self.render_prompt(kwargs, tools=schemas or None)
+        trajectory = _Trajectory(images=[vision] if vision else [])
         instances = await self._create_instances(_tools_kwargs(kwargs))
         request_id = self.new_request_id()
         try:
@@ -97,7 +132,10 @@ class ToolAgentLoop(AgentLoopBase):
             if sampling_params.get("seed") is not None:  # each turn its own (reproducible) draws
                 params["seed"] = int(sampling_params["seed"]) + SEED_STRIDE_PER_TURN * t.assistant_turns
             out = await self.server_manager.generate(
-                request_id, prompt_ids=prompt_ids + t.response_ids, sampling_params=params
+                request_id,
+                prompt_ids=prompt_ids + t.response_ids,
+                sampling_params=params,
+                multi_modal_inputs=t.vision(),
             )
             t.add_model_turn(out)
             if out.finish_reason == "length" or _reached(t.assistant_turns, cfg.max_assistant_turns):
@@ -112,21 +150,28 @@ class ToolAgentLoop(AgentLoopBase):
             if _reached(t.tool_turns, cfg.max_user_turns):
                 return
             t.errors["malformed"] += len(parsed.errors)
-            answers = [f"Error: {error}" for error in parsed.errors]
+            answers = [_Answer(f"Error: {error}") for error in parsed.errors]
             calls = parsed.calls[: cfg.max_parallel_calls]
             answers += await asyncio.gather(*(self._call(call, instances, t) for call in calls))
-            tool_messages = [{"role": "tool", "content": self._truncate(answer)} for answer in answers]
-            tool_ids = render_continuation(self.render, tool_messages)
+            tool_ids, vision = self._tool_turn(answers)
             if len(t.response_ids) + len(tool_ids) >= budget:
                 return  # no room to answer: end on the model's turn (it carries the reward)
-            t.add_tool_turn(tool_ids)
+            t.add_tool_turn(tool_ids, vision)
 
-    async def _call(self, call: OpenAIFunctionCall, instances: dict[str, str], t: _Trajectory) -> str:
+    def _tool_turn(self, answers: list[_Answer]) -> tuple[list[int], dict[str, Any]]:
+        """The tool turn's token ids (each image block expanded to its image's tokens) and its images."""
+        ids = render_continuation(self.render, [a.message(self._truncate(a.text)) for a in answers])
+        vision = micro_batch_vision([a.vision for a in answers])
+        if vision:
+            ids = self.processor.expand_ids(ids, vision["image_grid_thw"])
+        return ids, vision
+
+    async def _call(self, call: OpenAIFunctionCall, instances: dict[str, str], t: _Trajectory) -> _Answer:
         t.tool_calls += 1
         tool = self.tools.get(call.name)
         if tool is None:
             t.errors["unknown"] += 1
-            return f"Error: there is no tool named {call.name!r}; available: {sorted(self.tools)}"
+            return _Answer(f"Error: there is no tool named {call.name!r}; available: {sorted(self.tools)}")
         timeout = getattr(tool, "call_timeout_s", None) or float(
             tool.config.get("timeout_s", DEFAULT_TOOL_TIMEOUT_S)
         )
@@ -136,12 +181,37 @@ class ToolAgentLoop(AgentLoopBase):
             )
         except TimeoutError:
             t.errors["timeout"] += 1
-            return f"Error: the tool {call.name!r} did not answer within {timeout:g} s"
+            return _Answer(f"Error: the tool {call.name!r} did not answer within {timeout:g} s")
         except Exception as error:  # a failing tool is the model's problem to handle, not the step's
             t.errors["exception"] += 1
-            return f"Error: the tool {call.name!r} failed: {type(error).__name__}: {error}"
+            return _Answer(f"Error: the tool {call.name!r} failed: {type(error).__name__}: {error}")
         t.tool_rewards.append(float(reward))
-        return response.text or ""
+        return self._answer(call.name, response, t)
+
+    def _answer(self, name: str, response: ToolResponse, t: _Trajectory) -> _Answer:
+        """The answer of a tool that ran: its text, and the inputs of the images it returned."""
+        text = response.text or ""
+        images = [image for image in response.image or [] if image is not None]
+        if response.video:
+            raise ValueError(
+                f"the tool {name!r} returned a video (ToolResponse.video); videos are not supported, "
+                "only images (ToolResponse.image)"
+            )
+        if not images:
+            return _Answer(text)
+        if self.processor is None:  # a setup error, not something the model could learn from
+            raise ValueError(
+                f"the tool {name!r} returned {len(images)} image(s), but the policy "
+                f"(actor_rollout_ref.model.path={self.config.actor_rollout_ref.model.path}) is a text-only "
+                "model that cannot see them; use a vision-language model or make the tool answer in text"
+            )
+        where = f"the tool {name!r}'s image"
+        try:
+            loaded = [load_image(image, f"{where} {i}") for i, image in enumerate(images)]
+            return _Answer(text, self.processor.images(loaded, where))
+        except DatasetError as error:
+            t.errors["exception"] += 1
+            return _Answer(f"Error: the tool {name!r} returned an image that cannot be used: {error}")
 
     async def _create_instances(self, tools_kwargs: dict[str, Any]) -> dict[str, str]:
         instances = {}
@@ -174,6 +244,7 @@ class ToolAgentLoop(AgentLoopBase):
             num_turns=1 + t.assistant_turns + t.tool_turns,
             metrics=metrics,
             extra_fields={"tool_rewards": list(t.tool_rewards)},
+            multi_modal_inputs=t.vision(),
         )
 
 

@@ -38,5 +38,7 @@ def pop_prompts(batch: DataProto, row_columns: bool) -> DataProto:
 def attach_responses(batch: DataProto, output: DataProto) -> dict[str, float]:
     """Put the generated sequences back into ``batch`` (in place) and return the rollout's metrics."""
     metrics = output.meta_info.pop("metrics", {})
+    if MULTI_MODAL_INPUTS in output.non_tensor_batch:  # an agent loop's: the prompts' images and its tools'
+        batch.non_tensor_batch.pop(MULTI_MODAL_INPUTS, None)
     batch.union(output)
     return metrics

@@ -37,15 +37,18 @@ def load_image(value: Any, location: str):
 
     if isinstance(value, Image.Image):
         return value.convert("RGB")
-    if isinstance(value, dict) and value.get("bytes") is not None:
-        source: Any = io.BytesIO(value["bytes"])
+    if isinstance(value, (bytes, bytearray)):  # encoded bytes, as a tool may return them
+        source: Any = io.BytesIO(value)
+    elif isinstance(value, dict) and value.get("bytes") is not None:
+        source = io.BytesIO(value["bytes"])
     elif isinstance(value, dict) and value.get("path"):
         source = os.path.expanduser(value["path"])
     elif isinstance(value, (str, os.PathLike)):
         source = os.path.expanduser(os.fspath(value))
     else:
         raise DatasetError(
-            f"{location}: an image must be {{'bytes': ...}}, {{'path': ...}} or a path, got {type(value).__name__}"
+            f"{location}: an image must be a PIL image, encoded bytes, {{'bytes': ...}}, {{'path': ...}} or a "
+            f"path, got {type(value).__name__}"
         )
     try:
         with Image.open(source) as image:
@@ -128,6 +131,22 @@ class VisionProcessor:
         for count, piece in zip(counts, pieces[1:]):
             out.append(self.image_token * int(count) + piece)
         return "".join(out)
+
+    def expand_ids(self, ids: list[int], image_grid_thw: torch.Tensor) -> list[int]:
+        """Token ids with each image token repeated once per merged patch of its image (:meth:`expand`
+        on ids: the image token is one special token, so both give the same sequence)."""
+        counts = (image_grid_thw.prod(-1) // self.merge_size**2).tolist()
+        found = ids.count(self.image_token_id)
+        if found != len(counts):
+            raise ValueError(
+                f"the rendered messages have {found} image tokens ({self.image_token}) for {len(counts)} "
+                "images; does the chat template write one per image part?"
+            )
+        out: list[int] = []
+        images = iter(counts)
+        for token in ids:
+            out += [token] * int(next(images)) if token == self.image_token_id else [token]
+        return out
 
     def position_ids(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, vision: dict

@@ -8,7 +8,8 @@ Endpoints (JSON):
   ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``, ``n``,
   ``seed``, ``logprobs``;
 * ``POST /generate``: token ids in, token ids out (the trainer's client): ``prompt_ids`` and
-  the sampling fields above, plus ``validate`` (use ``val_kwargs``) and ``ignore_eos``;
+  the sampling fields above, plus ``validate`` (use ``val_kwargs``), ``ignore_eos`` and
+  ``multi_modal_inputs`` (a vision-language prompt's images, for an engine that takes them);
 * ``GET /health``, ``GET /v1/models``.
 
 Every choice also carries ``prompt_token_ids``, ``token_ids`` and ``token_versions`` (the
@@ -31,6 +32,7 @@ from typing import Any
 from verl.config.rollout import RolloutConfig
 from verl.workers.rollout.sampling import SamplingParams
 from verl.workers.rollout.server import Completion, GenerationRequest, RolloutServer
+from verl.workers.vision import decode_images
 
 SAMPLING_FIELDS = {
     "max_tokens",
@@ -45,7 +47,8 @@ SAMPLING_FIELDS = {
 ACCEPTED = {
     "/v1/completions": SAMPLING_FIELDS | {"model", "prompt", "stream", "user", "top_logprobs"},
     "/v1/chat/completions": SAMPLING_FIELDS | {"model", "messages", "stream", "user", "top_logprobs"},
-    "/generate": SAMPLING_FIELDS | {"prompt_ids", "validate", "ignore_eos", "do_sample"},
+    "/generate": SAMPLING_FIELDS
+    | {"prompt_ids", "validate", "ignore_eos", "do_sample", "multi_modal_inputs"},
 }
 
 
@@ -117,7 +120,7 @@ class HTTPFront:
             raise BadRequest(f"{path}: stream=true is not supported")
         if path == "/generate":
             prompt_ids = _token_ids(body.get("prompt_ids"), "prompt_ids")
-            return _completion_json(self._generate(prompt_ids, body)[0])
+            return _completion_json(self._generate(prompt_ids, body, self._images(body))[0])
         if path == "/v1/completions":
             prompt = body.get("prompt")
             if isinstance(prompt, str):
@@ -147,14 +150,33 @@ class HTTPFront:
             raise BadRequest(f"temperature must be positive when sampling, got {params.temperature}")
         return params
 
-    def _generate(self, prompt_ids: list[int], body: dict[str, Any]) -> list[Completion]:
+    def _images(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The request's images (:func:`~verl.workers.vision.encode_images`), for an engine that takes them."""
+        if body.get("multi_modal_inputs") is None:
+            return None
+        if not getattr(self.server.engine, "takes_images", False):
+            raise BadRequest(
+                f"multi_modal_inputs: this rollout engine ({type(self.server.engine).__name__}) takes no "
+                "images; a vision-language policy generates with actor_rollout_ref.rollout.name=hf"
+            )
+        try:
+            return decode_images(body["multi_modal_inputs"])
+        except ValueError as error:
+            raise BadRequest(str(error)) from error
+
+    def _generate(
+        self, prompt_ids: list[int], body: dict[str, Any], images: dict[str, Any] | None = None
+    ) -> list[Completion]:
         params, n, seed = self._params(body), int(body.get("n", 1)), body.get("seed")
         if n < 1:
             raise BadRequest(f"n must be at least 1, got {n}")
         # the engine always returns log-probs (a completion may become a training sample); the
         # OpenAI endpoints show them only when asked
         requests = [
-            GenerationRequest(prompt_ids, params, None if seed is None else int(seed) + i) for i in range(n)
+            GenerationRequest(
+                prompt_ids, params, None if seed is None else int(seed) + i, multi_modal_inputs=images
+            )
+            for i in range(n)
         ]
         futures = [self.server.submit(r) for r in requests]
         try:

@@ -48,6 +48,9 @@ class GenerationRequest:
     seed: int | None = None
     logprobs: bool = True
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
+    """A vision-language prompt's images (``pixel_values``, ``image_grid_thw``), in the order of its
+    image blocks; only engines with ``takes_images`` accept them."""
 
 
 @dataclass
@@ -77,6 +80,8 @@ class StepEngine(ABC):
     """An inference engine driven one step at a time (continuous batching)."""
 
     rollout: Rollout
+    takes_images: bool = False
+    """Whether requests may carry images (``GenerationRequest.multi_modal_inputs``)."""
 
     @classmethod
     def create(cls, rollout: Rollout, config: Any) -> StepEngine:
