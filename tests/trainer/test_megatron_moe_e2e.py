@@ -16,13 +16,15 @@ pytest.importorskip("megatron.core")
 
 from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
+from tests.trainer.test_vllm_learning import needs_vllm
 from verl.config.ppo_trainer import load_config
 
 STEPS = 2
 
 
 def write_tiny_moe(folder: str) -> str:
-    """A randomly initialised Qwen3-MoE with the built-in task's tokenizer."""
+    """A randomly initialised Qwen3-MoE with the built-in task's tokenizer (head_dim 32: vLLM's CPU
+    attention has no kernel for 16)."""
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
 
     from verl.builtin.task import build_char_tokenizer
@@ -35,7 +37,7 @@ def write_tiny_moe(folder: str) -> str:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,
         num_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=32,
@@ -47,12 +49,15 @@ def write_tiny_moe(folder: str) -> str:
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # decisive routing: at the default init, near-ties flip between kernels
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.normal_(0.0, 0.5)
     save_hf_files(model, tokenizer, folder, state_dict=model.state_dict())
     return folder
 
 
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-def test_a_moe_policy_trains_with_expert_parallel_megatron(tmp_path, monkeypatch):
+def run_moe(tmp_path, monkeypatch, name: str, *overrides: str) -> list[dict]:
+    """``STEPS`` GRPO steps of the tiny MoE with its experts split over 2 ranks; the metrics rows."""
     model = write_tiny_moe(str(tmp_path / "tiny_moe"))
     monkeypatch.chdir(tmp_path)
     config = load_config(
@@ -61,8 +66,6 @@ def test_a_moe_policy_trains_with_expert_parallel_megatron(tmp_path, monkeypatch
             f"actor_rollout_ref.model.path={model}",
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
-            "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_load_balancing_type=aux_loss",
-            "actor_rollout_ref.actor.use_kl_loss=True",  # the reference runs on the same expert split
             "trainer.n_gpus_per_node=2",
             "trainer.cpus_per_worker=1",
             f"trainer.total_training_steps={STEPS}",
@@ -71,12 +74,50 @@ def test_a_moe_policy_trains_with_expert_parallel_megatron(tmp_path, monkeypatch
             "trainer.save_freq=-1",
             "trainer.logger=[file]",
             "trainer.project_name=megatron",
-            "trainer.experiment_name=moe",
+            f"trainer.experiment_name={name}",
+            *overrides,
         ]
     )
     fit_trainer(config)
-    rows = [json.loads(line) for line in (tmp_path / "logs/megatron/moe/metrics.jsonl").open()]
-    gaps = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
+    return [json.loads(line) for line in (tmp_path / f"logs/megatron/{name}/metrics.jsonl").open()]
+
+
+def probe_gaps(rows: list[dict]) -> list[float]:
+    return [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_moe_policy_trains_with_expert_parallel_megatron(tmp_path, monkeypatch):
+    rows = run_moe(
+        tmp_path,
+        monkeypatch,
+        "moe",
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_load_balancing_type=aux_loss",
+        "actor_rollout_ref.actor.use_kl_loss=True",  # the reference runs on the same expert split
+    )
+    gaps = probe_gaps(rows)
     assert len(gaps) == STEPS and max(gaps) < 1e-3, gaps  # the experts reached the rollout intact
     aux = [value for row in rows for key, value in row.items() if key.endswith("moe_load_balancing_loss")]
     assert aux and all(0.5 < value < 4.0 for value in aux), aux  # E * sum(f * P): 1 when balanced
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_expert_parallel_megatron_syncs_a_moe_into_vllm(tmp_path, monkeypatch):
+    """vLLM's CPU build serves the MoE (its fused-experts kernel); after each step the experts
+    gathered from both ranks load into it in transformers' fused layout, and its log-probs of what it
+    sampled equal the trainer's."""
+    rows = run_moe(
+        tmp_path,
+        monkeypatch,
+        "moe_vllm",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    )
+    gaps = probe_gaps(rows)
+    assert len(gaps) == STEPS and max(gaps) < 1e-3, gaps
+    diffs = [
+        row["training/rollout_logprob_diff_max"] for row in rows if "training/rollout_logprob_diff_max" in row
+    ]
+    assert diffs and max(diffs) < 1e-3, diffs

@@ -151,6 +151,7 @@ def vllm_fingerprint(worker, spec: FingerprintSpec) -> dict[str, int | None]:
     """Run inside a vLLM worker (``llm.collective_rpc``): the fingerprint of the weights the model
     computes with. Linear layers and the LM head are read through their own kernels; a group holding
     a quantized layer (which stores other numbers than the trainer sends) maps to None."""
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
@@ -175,6 +176,9 @@ def vllm_fingerprint(worker, spec: FingerprintSpec) -> dict[str, int | None]:
             elif isinstance(module, VocabParallelEmbedding):  # looked up, not multiplied: as stored
                 add(f"{prefix}.weight", hash_matrix(module.weight[: module.org_vocab_size], spec))
                 own.pop("weight")
+            elif isinstance(method, UnquantizedFusedMoEMethod):  # transformers' fused expert tensors
+                for name in ("w13_weight", "w2_weight"):
+                    add(f"{prefix}.{name}", hash_matrix(_expert_weight(module, method, own.pop(name)), spec))
             elif method is not None:
                 add(f"{prefix}.weight", None)
             for name, param in own.items():
@@ -185,7 +189,11 @@ def vllm_fingerprint(worker, spec: FingerprintSpec) -> dict[str, int | None]:
 def _hash_through_kernel(module: torch.nn.Module, spec: FingerprintSpec, rows: int | None) -> int:
     """:func:`hash_matrix` of a vLLM linear layer's weight ``W`` [out, in] as its kernel computes
     with it (the packed copy): one-hot rows ``e_k`` give ``e_k @ W.T = W[:, k]``, exact in any dtype."""
-    width = getattr(module, "input_size_per_partition", None) or module.embedding_dim
+    width = (  # column-/row-parallel layers, a replicated one (a MoE router), an LM head
+        getattr(module, "input_size_per_partition", None)
+        or getattr(module, "input_size", None)
+        or module.embedding_dim
+    )
     dtype = getattr(module, "params_dtype", None) or module.weight.dtype
     device = next(p.device for p in module.parameters())
     columns = spec.column_ids(width).to(device)
@@ -194,6 +202,34 @@ def _hash_through_kernel(module: torch.nn.Module, spec: FingerprintSpec, rows: i
     with _exact_matmul():
         read = module.quant_method.apply(module, one_hot).t()[:rows]  # [out, columns]
     return hash_elements(read, columns, getattr(torch, spec.dtype))
+
+
+_UNPACKING: dict[tuple, torch.Tensor] = {}
+"""(kernel class, its ISA, one expert's shape, dtype) -> where each prepacked element came from."""
+
+
+def _expert_weight(module: torch.nn.Module, method, stored: torch.Tensor) -> torch.Tensor:
+    """A vLLM MoE layer's ``w13_weight`` / ``w2_weight`` in transformers' layout (``[E, 2F, H]`` gate
+    then up, ``[E, H, F]``). vLLM's CPU kernel keeps them prepacked: a permutation of each expert's
+    elements, found once per shape by prepacking the base-256 digits of every element's index (small
+    integers, exact in any float dtype) and undone here; other kernels store them as loaded."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    kernel = getattr(method.moe_kernel, "fused_experts", None)
+    if not isinstance(kernel, CPUUnquantizedExperts) or kernel._use_zentorch:
+        return stored
+    experts, one = stored.shape[0], tuple(stored.shape[1:])
+    key = (type(kernel).__name__, kernel.isa, one, stored.dtype)
+    if key not in _UNPACKING:
+        from vllm import _custom_ops as ops
+
+        count = stored[0].numel()
+        index, origin = torch.arange(count), torch.zeros(count, dtype=torch.int64)
+        for digit in range(4):  # 4 x 8 bits: any expert matrix
+            values = ((index >> (8 * digit)) & 255).to(stored.dtype).reshape(1, *one)
+            origin |= ops.cpu_prepack_moe_weight(values, kernel.isa).reshape(-1).long() << (8 * digit)
+        _UNPACKING[key] = origin.argsort()
+    return stored.reshape(experts, -1)[:, _UNPACKING[key]].reshape(stored.shape)
 
 
 class _exact_matmul:

@@ -99,6 +99,34 @@ def quiet_weight_reload_logs() -> None:
             logger.addFilter(keep)
 
 
+def repack_cpu_experts(worker) -> int:
+    """Run inside a vLLM worker after ``reload_weights`` on a CPU: vLLM 0.32's CPU MoE kernel reads its
+    expert weights prepacked, and the first load prepacks them, but a reload copies the new weights in
+    unpacked (it skips the kernel's step on weight updates), so the experts computed garbage until
+    prepacked again (log-probs off by ~0.01 on a tiny Qwen3-MoE). Returns the layers repacked."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    repacked = 0
+    for module in worker.model_runner.model.modules():
+        method = getattr(module, "quant_method", None)
+        kernel = getattr(getattr(method, "moe_kernel", None), "fused_experts", None)
+        if not isinstance(method, UnquantizedFusedMoEMethod) or not isinstance(kernel, CPUUnquantizedExperts):
+            continue
+        if (
+            kernel._padded_intermediate_size(kernel.moe_config)
+            != kernel.moe_config.intermediate_size_per_partition
+        ):
+            raise NotImplementedError(
+                f"{type(module).__name__}: vLLM's CPU MoE kernel pads this model's expert size "
+                f"{kernel.moe_config.intermediate_size_per_partition}, and an in-place weight update of padded "
+                "experts is not handled here; use the hf rollout for this model on CPU"
+            )
+        kernel.process_weights_after_loading(module)
+        repacked += 1
+    return repacked
+
+
 def kv_cache_bytes_for(hf_config: Any, tokens: int, dtype_bytes: int) -> int:
     """Bytes of K and V for ``tokens`` tokens of this model (all layers)."""
     heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
@@ -262,6 +290,8 @@ class VLLMRollout(EngineRollout):
                 self._swap_adapter(named_tensors)
             else:
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+                if self.device.type == "cpu":
+                    self.llm.collective_rpc(repack_cpu_experts)
             self.llm.reset_prefix_cache()
             self.version = version
 
