@@ -183,7 +183,7 @@ class ActorConfig:
         check_choice(self.kl_loss_type, KL_PENALTY_TYPES, f"{path}.kl_loss_type")
         self.fsdp_config.validate(f"{path}.fsdp_config")
         self.megatron.validate(f"{path}.megatron")
-        self.optim.validate(f"{path}.optim")
+        self.optim.validate(f"{path}.optim", self.strategy)
         self.checkpoint.validate(f"{path}.checkpoint")
         self.policy_loss.validate(f"{path}.policy_loss")
 

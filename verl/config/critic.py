@@ -106,5 +106,5 @@ class CriticConfig:
         )
         self.model.fsdp_config.validate(f"{path}.model.fsdp_config")
         self.megatron.validate(f"{path}.megatron")
-        self.optim.validate(f"{path}.optim")
+        self.optim.validate(f"{path}.optim", self.strategy)
         self.checkpoint.validate(f"{path}.checkpoint")

@@ -8,6 +8,7 @@ from verl.config.base import (
     FRACTION,
     NON_NEGATIVE,
     POSITIVE,
+    ConfigError,
     at_least,
     check,
     check_choice,
@@ -17,6 +18,18 @@ from verl.config.base import (
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 LR_SCHEDULER_TYPES = ("constant", "cosine")
+LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse_square_root")
+MEGATRON_OPTIM_KEYS = (
+    "lr_decay_style",
+    "lr_decay_steps",
+    "min_lr",
+    "lr_warmup_init",
+    "weight_decay_incr_style",
+    "lr_wsd_decay_style",
+    "lr_wsd_decay_steps",
+    "use_checkpoint_opt_param_scheduler",
+)
+"""verl's ``optim=megatron`` keys, which its FSDP optimizer config does not have."""
 # fsdp_config.model_dtype names (verl's PrecisionType spellings) -> torch dtype attribute
 MODEL_DTYPES = {
     "fp32": "float32",
@@ -55,9 +68,52 @@ class OptimConfig:
     """AdamW beta1, beta2."""
     eps: float = ranged(1e-8, POSITIVE)
     """AdamW epsilon."""
+    # verl's optim=megatron keys (megatron-core's OptimizerParamScheduler); any engine reads them
+    lr_decay_style: str = "constant"
+    """verl's Megatron schedule after warmup: constant | linear | cosine | inverse_square_root, from lr down
+    to min_lr over lr_decay_steps. Away from constant it replaces lr_scheduler_type (both set: refused)."""
+    lr_decay_steps: int | None = ranged(None, at_least(1))
+    """Steps from the start to the end of lr_decay_style's decay (null: total_training_steps); min_lr after."""
+    min_lr: float = ranged(0.0, NON_NEGATIVE)
+    """The floor of lr_decay_style's decay (absolute, not a ratio; no effect with constant, as in verl)."""
+    lr_warmup_init: float = ranged(0.0, NON_NEGATIVE)
+    """The learning rate warmup starts from (absolute; verl's Megatron schedule). 0: from 0, as
+    lr_scheduler_type's warmup."""
+    weight_decay_incr_style: str = "constant"
+    """verl's Megatron weight-decay schedule: only constant (weight_decay throughout) is implemented."""
+    lr_wsd_decay_style: str = "exponential"
+    """verl: the decay of Megatron's warmup-stable-decay style, which verl's lr_decay_style list does not
+    offer. No effect here."""
+    lr_wsd_decay_steps: int | None = ranged(None, at_least(1))
+    """verl: see lr_wsd_decay_style. No effect here."""
+    use_checkpoint_opt_param_scheduler: bool = False
+    """verl: take the schedule's settings from the checkpoint. No effect here: a resumed run follows
+    the config's schedule at the checkpoint's step (the same values when the config is unchanged)."""
 
-    def validate(self, path: str) -> None:
+    def megatron_schedule(self) -> bool:
+        """Whether the LR follows verl's Megatron schedule (lr_decay_style, lr_warmup_init, min_lr)."""
+        return self.lr_decay_style != "constant" or self.lr_warmup_init != 0.0
+
+    def validate(self, path: str, strategy: str | None = None) -> None:
+        """``strategy``: the role's engine; verl's Megatron optimizer keys set under another engine
+        are refused, as verl's FSDP optimizer config refuses them (None: any engine, the SFT trainer)."""
         check_ranges(self, path)
+        if strategy not in (None, "megatron"):
+            defaults = OptimConfig()
+            for name in MEGATRON_OPTIM_KEYS:
+                if getattr(self, name) != getattr(defaults, name):
+                    raise ConfigError(
+                        f"{path}.{name}: a key of verl's Megatron optimizer (strategy=megatron); with "
+                        f"strategy={strategy} use lr_scheduler_type, min_lr_ratio and lr_warmup_steps"
+                    )
+        check_choice(self.lr_decay_style, LR_DECAY_STYLES, f"{path}.lr_decay_style")
+        check_choice(self.weight_decay_incr_style, ("constant",), f"{path}.weight_decay_incr_style")
+        check(
+            not (self.megatron_schedule() and self.lr_scheduler_type != "constant"),
+            f"{path}.lr_scheduler_type",
+            "constant when lr_decay_style or lr_warmup_init set verl's Megatron schedule (one schedule at a time)",
+            self.lr_scheduler_type,
+        )
         if self.warmup_style is not None:  # first: a bad value has been converted onto lr_scheduler_type
             check_choice(self.warmup_style, LR_SCHEDULER_TYPES, f"{path}.warmup_style")
         check_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, f"{path}.lr_scheduler_type")

@@ -448,6 +448,12 @@ _FSDP_INERT = (
     "forward_prefetch",
     "use_orig_params",  # an FSDP1 option: FSDP2 always trains the original parameters
 )
+_OPTIM_INERT = (  # verl's Megatron optimizer keys with nothing to do here (each one's doc says why)
+    "weight_decay_incr_style",  # only constant, which is weight_decay itself
+    "lr_wsd_decay_style",
+    "lr_wsd_decay_steps",
+    "use_checkpoint_opt_param_scheduler",
+)
 LORA_ONLY_KEYS = tuple(
     f"actor_rollout_ref.model.{key}" for key in ("lora_alpha", "target_modules", "exclude_modules")
 )
@@ -464,6 +470,7 @@ ALWAYS_INERT_KEYS = (  # accepted from verl scripts; no effect on any device (a 
     "actor_rollout_ref.actor.use_torch_compile",
     "actor_rollout_ref.actor.checkpoint.strict",  # Megatron's mbridge export check
     *(f"actor_rollout_ref.actor.fsdp_config.{k}" for k in _FSDP_INERT),
+    *(f"{role}.optim.{k}" for role in ("actor_rollout_ref.actor", "critic") for k in _OPTIM_INERT),
     "actor_rollout_ref.ref.use_torch_compile",
     "actor_rollout_ref.ref.entropy_from_logits_with_chunking",  # the reference computes no entropy
     "actor_rollout_ref.ref.entropy_from_logits_chunk_size",

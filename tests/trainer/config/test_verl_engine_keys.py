@@ -102,8 +102,21 @@ def test_an_unknown_schedule_is_refused_naming_the_key_given(key):
 
 def test_min_lr_is_not_a_key_of_verls_fsdp_optimizer():
     # min_lr belongs to verl's Megatron optimizer; verl's FSDP config refuses it too (use min_lr_ratio)
-    with pytest.raises(ConfigError, match=r"optim\.min_lr: unknown key"):
+    with pytest.raises(ConfigError, match=r"optim\.min_lr: a key of verl's Megatron optimizer"):
         load_config([f"+{A}.optim.min_lr=1e-7"])
+
+
+def test_verls_megatron_optimizer_keys_take_effect_under_megatron():
+    config = load_config(
+        [
+            f"{A}.strategy=megatron",
+            f"{A}.optim.lr_decay_style=cosine",
+            f"{A}.optim.min_lr=1e-7",
+            f"{A}.optim.lr_warmup_init=1e-8",
+        ]
+    )
+    optim = config.actor_rollout_ref.actor.optim
+    assert optim.megatron_schedule() and (optim.lr_decay_style, optim.min_lr) == ("cosine", 1e-7)
 
 
 # ---------------------------------------------------------------------------- engine keys

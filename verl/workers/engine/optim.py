@@ -1,4 +1,6 @@
-"""AdamW and the LR schedules (linear warmup, then constant or cosine), as in verl."""
+"""AdamW and the LR schedules, as in verl: FSDP's (linear warmup, then constant or cosine) and
+Megatron's (``lr_decay_style``: warmup from ``lr_warmup_init``, then constant, linear, cosine or
+inverse square root down to ``min_lr``)."""
 
 from __future__ import annotations
 
@@ -35,13 +37,16 @@ def warmup_steps(config: OptimConfig) -> int:
 
 
 def lr_multiplier(step: int, config: OptimConfig) -> float:
-    """Factor applied to ``lr`` after ``step`` scheduler steps.
+    """Factor applied to ``lr`` after ``step`` scheduler steps: :func:`megatron_lr` over ``lr`` where
+    ``config.megatron_schedule()``, else verl's FSDP schedule:
 
     ``constant``: ``step / warmup`` during warmup, then 1. ``cosine`` with floor
     ``m = min_lr_ratio``: ``m + (1 - m) * step / warmup`` during warmup, then
     ``m + (1 - m) * 0.5 * (1 + cos(2 pi num_cycles progress))`` where ``progress`` runs
     from 0 to 1 over the remaining steps.
     """
+    if config.megatron_schedule():
+        return megatron_lr(step, config) / config.lr if config.lr > 0 else 0.0
     warmup = warmup_steps(config)
     floor = config.min_lr_ratio or 0.0 if config.lr_scheduler_type == "cosine" else 0.0
     if step < warmup:
@@ -51,6 +56,27 @@ def lr_multiplier(step: int, config: OptimConfig) -> float:
     total = max(config.total_training_steps, warmup + 1)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(2.0 * math.pi * config.num_cycles * progress))
+
+
+def megatron_lr(step: int, config: OptimConfig) -> float:
+    """verl's Megatron schedule (megatron-core's ``OptimizerParamScheduler``): a linear warmup from
+    ``lr_warmup_init`` to ``lr`` over the warmup steps, then ``lr_decay_style`` from ``lr`` to
+    ``min_lr`` until ``lr_decay_steps`` (default: the total steps), ``min_lr`` after; ``constant``
+    stays at ``lr``."""
+    warmup, peak, floor = warmup_steps(config), config.lr, config.min_lr
+    if warmup > 0 and step <= warmup:
+        return config.lr_warmup_init + (peak - config.lr_warmup_init) * step / warmup
+    style = config.lr_decay_style
+    if style == "constant":
+        return peak
+    decay_steps = config.lr_decay_steps or max(config.total_training_steps, 1)
+    if step > decay_steps:
+        return floor
+    if style == "inverse_square_root":
+        return max(floor, peak * math.sqrt(max(warmup, 1)) / math.sqrt(max(step, 1)))
+    ratio = (step - warmup) / max(decay_steps - warmup, 1)
+    coeff = 1.0 - ratio if style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    return floor + coeff * (peak - floor)
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) -> LambdaLR:
