@@ -81,11 +81,16 @@ class MegatronConfig:
     seed: int = ranged(42, at_least(0))
     """Seed of megatron-core's tensor-parallel RNG tracker (dropout and initialisation per rank)."""
     param_offload: bool = False
-    """Keep the weights in host memory between uses. Refused when True: not implemented yet."""
+    """Keep the weights (megatron's DDP param buffers, or every parameter of the reference) in host
+    memory between uses: each forward pass, update, weight sync and checkpoint copies them to the
+    device and back (verl/workers/engine/megatron/offload.py). On CPU the same copies happen, into
+    another host tensor."""
     grad_offload: bool = False
-    """verl 0.8: keep the gradients in host memory between uses. Refused when True: not implemented yet."""
+    """verl 0.8: free the DDP grad buffers between updates (each update starts from zero gradients, so
+    nothing is copied: they come back as zeros). No effect on the reference (no gradients)."""
     optimizer_offload: bool = False
-    """Keep the optimizer state in host memory between updates. Refused when True: not implemented yet."""
+    """Keep the optimizer state (Adam's moments; the fp32 main weights of a bf16/fp16 model) in host
+    memory between updates (and checkpoints). No effect on the reference (no optimizer)."""
     override_transformer_config: dict[str, Any] = field(default_factory=_transformer_overrides)
     """Entries set on megatron-core's TransformerConfig (recompute_granularity, recompute_modules,
     num_layers_in_first_pipeline_stage, ...); the default is verl's."""
@@ -147,9 +152,6 @@ NOT_YET: dict[str, tuple[Callable[[Any], bool], str]] = {
         _one,
         "the interleaved (virtual) pipeline schedule is not implemented yet; use pipeline_model_parallel_size",
     ),
-    "param_offload": (lambda v: not v, "offloading the Megatron engine's weights is not implemented yet"),
-    "grad_offload": (lambda v: not v, "offloading the Megatron engine's gradients is not implemented yet"),
-    "optimizer_offload": (lambda v: not v, "offloading the Megatron optimizer is not implemented yet"),
     "use_dist_checkpointing": (
         lambda v: not v,
         "the engine starts from the Hugging Face weights of model.path (distributed checkpoints are not read)",
@@ -259,10 +261,26 @@ def critic_megatron() -> MegatronConfig:
     return MegatronConfig(**{name: II(f"{actor}.{name}") for name in PARALLEL_SIZES})
 
 
+def check_offload_with_proximal_weights(config: Any) -> None:
+    """The actor's ``param_offload`` frees its weights between the engine's calls, while verl's
+    ``async_training.compute_prox_log_prob`` copies and swaps the module's parameters outside them
+    (verl/workers/actor_rollout_ref.py): the two are refused together, naming the key."""
+    actor, cfg = config.actor_rollout_ref.actor, getattr(config, "async_training", None)
+    keeps = cfg is not None and cfg.use_rollout_log_probs and cfg.compute_prox_log_prob
+    check(
+        not (keeps and actor.strategy == MEGATRON and actor.megatron.param_offload),
+        "actor_rollout_ref.actor.megatron.param_offload",
+        "False with async_training.compute_prox_log_prob (the proximal weights are read from the "
+        "parameters outside the engine's calls, where param_offload has freed them)",
+        True,
+    )
+
+
 def check_megatron_roles(config: Any) -> None:
     """The cross-role rules of ``strategy=megatron`` on a PPO config: the refusals of :data:`NOT_YET`
     for each Megatron role, one tensor/pipeline layout for the roles that share processes, TP x PP
     dividing the ranks, and no Ulysses sequence parallelism under Megatron."""
+    check_offload_with_proximal_weights(config)
     arr, critic = config.actor_rollout_ref, config.critic
     roles = {
         "actor_rollout_ref.actor": (arr.actor.strategy, arr.actor.megatron),

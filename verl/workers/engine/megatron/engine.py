@@ -14,6 +14,11 @@ gathered) and the worker's loss follows as on FSDP. On an earlier stage the call
 with the stage's hidden states (:class:`StageOutput`), which megatron-core's pipeline schedule
 (1F1B) sends on to the next stage. Every rank of a model-parallel group holds the same rows
 (:attr:`MegatronEngine.rows_group`); the last stage's outputs are broadcast to the group.
+
+``param_offload``, ``grad_offload`` and ``optimizer_offload`` keep the weights, the grad buffers and
+the optimizer state in host memory between calls (:mod:`~verl.workers.engine.megatron.offload`):
+each call (``infer``, ``train_step``, ``full_state_dict``, ``save``, ``load``) brings back what it
+uses for its duration.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from verl.workers.engine.megatron.groups import (
     expert_sizes,
     init_model_parallel,
 )
+from verl.workers.engine.megatron.offload import Offload
 from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
@@ -158,6 +164,15 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         self.rows_group = ps.get_model_parallel_group() if tp * pp > 1 else None
         """Ranks that hold the same rows (one model copy): they gather their shares of a batch."""
         self.replicas = tp * pp
+        self.offload = Offload(
+            model,
+            self.optimizer,
+            device,
+            weights=megatron.param_offload,
+            grads=megatron.grad_offload,
+            optimizer_state=megatron.optimizer_offload,
+        )
+        """What lives in host memory between calls (the three ``*_offload`` keys)."""
 
     def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
         from megatron.core.distributed import (
@@ -229,7 +244,7 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
             done = {k: v.detach().float() for k, v in out.items()}
             return torch.zeros((), device=self.device), lambda t: (t, done)
 
-        with torch.no_grad():
+        with torch.no_grad(), self.offload.resident():
             outputs = self._schedule(micro_batches, step, forward_only=True)
         return [{k: v.cpu() for k, v in o.items()} for o in self._from_last_stage(outputs)]
 
@@ -250,6 +265,12 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
     ) -> dict[str, float]:
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (inference only)")
+        with self.offload.resident(grads=True, optimizer=True):
+            return self._train_step(micro_batches, loss_fn, loss_weights)
+
+    def _train_step(
+        self, micro_batches: list[MicroBatch], loss_fn: LossFn, loss_weights: list[float]
+    ) -> dict[str, float]:
         self.module.train()
         self.module.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -329,17 +350,30 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
 
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors on every rank, gathered one at a time over TP and PP (the names of
-        the HF module's state dict: a tied ``lm_head.weight`` too)."""
+        the HF module's state dict: a tied ``lm_head.weight`` too). With ``param_offload`` the weights
+        are on the device until the last tensor is read (a tensor that views them is a copy)."""
         from verl.workers.engine.megatron.weights import export_hf_state
 
         tied = self.hf_config.tie_word_embeddings and not self.value_head
-        for name, tensor in export_hf_state(self._bare_model(), self.hf_config, value_head=self.value_head):
-            yield name, tensor
-            if tied and name == "model.embed_tokens.weight":  # transformers' state dict lists both
-                yield "lm_head.weight", tensor
+        with self.offload.resident():
+            model = self._bare_model()
+            for name, tensor in export_hf_state(model, self.hf_config, value_head=self.value_head):
+                tensor = self.offload.outliving(tensor)
+                yield name, tensor
+                if tied and name == "model.embed_tokens.weight":  # transformers' state dict lists both
+                    yield "lm_head.weight", tensor
 
     def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
         return {name: tensor.cpu() for name, tensor in self.full_state_dict()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, folder: str, contents: list[str]) -> None:
+        with self.offload.resident(optimizer="optimizer" in contents):
+            super().save(folder, contents)
+
+    def load(self, folder: str, contents: list[str]) -> None:
+        with self.offload.resident(optimizer="optimizer" in contents):
+            super().load(folder, contents)
 
     def parameter_count(self) -> int:
         """Parameters of the whole model (every shard)."""
