@@ -1,7 +1,8 @@
 """The built-in vision-language preset end to end on Ray: the trainer's log-probs of a generated batch
 equal a plain transformers forward of the model over the same images (which builds its own M-RoPE
 positions), the rollout's equal the trainer's at fp32 level, and GRPO teaches the tiny Qwen2-VL to
-read the digits. Also: the roles a vision-language policy cannot use here are refused by name."""
+read the digits. Also: the settings a vision-language policy cannot use here are refused by name (its
+critic: tests/trainer/test_vlm_critic.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,14 @@ def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path)
     ("override", "key"),
     [
         (["actor_rollout_ref.rollout.name=vllm"], "actor_rollout_ref.rollout.name"),
-        (["algorithm.adv_estimator=gae"], "critic"),
+        (
+            [
+                "algorithm.adv_estimator=gae",
+                "critic.ulysses_sequence_parallel_size=2",
+                "critic.model.use_remove_padding=True",
+            ],
+            r"critic\.ulysses_sequence_parallel_size",
+        ),
         (
             [
                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",

@@ -265,7 +265,8 @@ def apply_liger(module: nn.Module, key: str) -> nn.Module:
 def load_value_model(
     model_config, dtype: torch.dtype = torch.float32, attention: str | None = None
 ) -> nn.Module:
-    """The critic: ``AutoModelForTokenClassification`` with one output (the value head); ``attention``
+    """The critic: ``AutoModelForTokenClassification`` with one output (the value head), or for a
+    vision-language model its trunk with that head (:mod:`verl.utils.vision_classifier`); ``attention``
     as in :func:`load_causal_lm`."""
     return _load_token_classifier(model_config, "critic.model.path", dtype, attention=attention)
 
@@ -303,7 +304,7 @@ def _load_token_classifier(
     """``AutoModelForTokenClassification`` with one label and no dropout; with
     ``head_bias_from_checkpoint`` also the loading info, and a head with a bias only when the
     checkpoint is a token classifier (sequence classifiers have none, nor does a fresh head)."""
-    from transformers import AutoModelForTokenClassification
+    from verl.utils.vision_classifier import token_classifier_class
 
     import_external_lib(model_config.external_lib)
     gguf_file = getattr(model_config, "gguf_file", None)  # the reward model's section has none
@@ -338,9 +339,8 @@ def _load_token_classifier(
     if head_bias_from_checkpoint:
         kwargs["output_loading_info"] = True
     path = _path(model_config.path, "dir", key)
-    return _from_pretrained(
-        AutoModelForTokenClassification.from_pretrained, path, key, model_config.override_config, **kwargs
-    )
+    load = token_classifier_class(config).from_pretrained  # a vision-language trunk too (its images)
+    return _from_pretrained(load, path, key, model_config.override_config, **kwargs)
 
 
 def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:

@@ -42,7 +42,8 @@ def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
 def check_vision_roles(config: PPOTrainerConfig) -> None:
     """A vision-language policy runs where images reach the model: the hf rollout (vLLM and SGLang get
     no image inputs here yet, and vLLM's CPU build cannot load Qwen2-VL: its processor needs
-    torchvision, which has no CPU build for this torch), no critic model, no Ulysses."""
+    torchvision, which has no CPU build for this torch), no Ulysses (for the actor or the critic). A
+    critic reads the images as the actor does (:mod:`verl.utils.vision_classifier`)."""
     rollout = config.actor_rollout_ref.rollout
     if rollout.name != "hf":
         raise ValueError(
@@ -50,13 +51,29 @@ def check_vision_roles(config: PPOTrainerConfig) -> None:
             "(actor_rollout_ref.model.path) generates with rollout.name=hf here; image inputs are not "
             "passed to vLLM or SGLang yet (docs/vlm.md)"
         )
+    sequence_parallel = {
+        "actor_rollout_ref.actor": config.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+    }
     if config.use_critic:
+        check_vision_critic(config)
+        sequence_parallel["critic"] = config.critic.ulysses_sequence_parallel_size
+    for section, size in sequence_parallel.items():
+        if size > 1:
+            raise ValueError(
+                f"{section}.ulysses_sequence_parallel_size: sequence parallelism does not split M-RoPE "
+                "positions yet; set it to 1 for a vision-language model"
+            )
+
+
+def check_vision_critic(config: PPOTrainerConfig) -> None:
+    """The critic of a vision-language policy sees the rows' images: its model must read them too (a
+    text model would get image tokens with no pictures behind them)."""
+    from verl.utils.model import is_vision_language, load_hf_config
+
+    critic = config.critic.model
+    if not is_vision_language(load_hf_config(critic, "critic.model")):
         raise ValueError(
-            "critic: a vision-language policy trains without a critic model here (use a critic-free "
-            f"estimator such as algorithm.adv_estimator=grpo; got {config.algorithm.adv_estimator})"
-        )
-    if config.actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1:
-        raise ValueError(
-            "actor_rollout_ref.actor.ulysses_sequence_parallel_size: sequence parallelism does not split "
-            "M-RoPE positions yet; set it to 1 for a vision-language model"
+            f"critic.model.path={critic.path!r}: the policy (actor_rollout_ref.model.path) is a vision-language "
+            "model, so the critic's rows hold images; use a vision-language critic model (by default the "
+            "policy's own)"
         )

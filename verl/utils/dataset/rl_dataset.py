@@ -28,7 +28,7 @@ import torch
 
 from verl.config.data import DataConfig
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
-from verl.utils.dataset.vision import check_media, image_messages, load_image
+from verl.utils.dataset.vision import check_media, image_messages
 
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
@@ -236,7 +236,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         vision: dict[str, torch.Tensor] = {}
         if self.processor is not None and images:
             messages = image_messages(messages, len(images), where(*location, cfg.prompt_key))
-            loaded = [load_image(image, where(*location, cfg.image_key)) for image in images]
+            loaded = [self.processor.load(image, where(*location, cfg.image_key)) for image in images]
             vision = self.processor.images(loaded, where(*location, cfg.image_key))
         text = self.render(messages, location)
         if vision:

@@ -37,7 +37,7 @@ import torch
 from verl.config.sft_trainer import SFTDataConfig
 from verl.utils.dataset.rl_dataset import _file_list, _read_parquet
 from verl.utils.dataset.schema import DatasetError, where
-from verl.utils.dataset.vision import check_media, image_messages, load_image
+from verl.utils.dataset.vision import check_media, image_messages
 
 __all__ = ["SFTDataset", "create_sft_dataset", "sft_collate"]
 
@@ -189,7 +189,7 @@ class SFTDataset(torch.utils.data.Dataset):
         messages = image_messages(messages, len(images), where(file, row, column))
         if not images:
             return messages, {}
-        loaded = [load_image(image, where(file, row, cfg.image_key)) for image in images]
+        loaded = [self.processor.load(image, where(file, row, cfg.image_key)) for image in images]
         return messages, self.processor.images(loaded, where(file, row, cfg.image_key))
 
     def _expand(self, text: str, vision: dict[str, torch.Tensor], whole: bool, location: str) -> str:

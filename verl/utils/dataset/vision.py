@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from verl.utils.dataset.image_size import apply_size_limits, size_limits
 from verl.utils.dataset.schema import DatasetError, where
 from verl.utils.mrope import mrope_position_ids
 
@@ -105,6 +106,14 @@ class VisionProcessor:
     image_token: str
     image_token_id: int
     merge_size: int
+
+    def load(self, entry: Any, location: str):
+        """One image of a row (:func:`load_image`), resized within the limits its entry sets
+        (``min_pixels``/``max_pixels``, ``resized_height``/``resized_width``: verl's per-image keys,
+        :mod:`verl.utils.dataset.image_size`)."""
+        limits = size_limits(entry, location)
+        block = int(getattr(self.image_processor, "patch_size", 14)) * self.merge_size
+        return apply_size_limits(load_image(entry, location), limits, block, location)
 
     def images(self, images: list[Any], location: str = "prompt") -> dict[str, torch.Tensor]:
         """``pixel_values`` and ``image_grid_thw`` of a prompt's images; an image the processor
