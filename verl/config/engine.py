@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.config.base import (
     FRACTION,
@@ -86,6 +87,11 @@ class OptimConfig:
     offer. No effect here."""
     lr_wsd_decay_steps: int | None = ranged(None, at_least(1))
     """verl: see lr_wsd_decay_style. No effect here."""
+    override_optimizer_config: dict[str, Any] | None = field(default_factory=dict)
+    """strategy=megatron: entries set on megatron-core's OptimizerConfig (an unknown field is an error
+    naming it; Transformer Engine's precision-aware optimizer, and the host-offload knobs on a CPU
+    device, have no effect, with a warning). Other engines: must stay empty (torch's AdamW is built
+    from the keys above)."""
     use_checkpoint_opt_param_scheduler: bool = False
     """verl: take the schedule's settings from the checkpoint. No effect here: a resumed run follows
     the config's schedule at the checkpoint's step (the same values when the config is unchanged)."""
@@ -106,6 +112,12 @@ class OptimConfig:
                         f"{path}.{name}: a key of verl's Megatron optimizer (strategy=megatron); with "
                         f"strategy={strategy} use lr_scheduler_type, min_lr_ratio and lr_warmup_steps"
                     )
+        check(
+            strategy in (None, "megatron") or not self.override_optimizer_config,
+            f"{path}.override_optimizer_config",
+            f"null or {{}} with strategy={strategy} (torch's AdamW is built from the optim keys alone)",
+            self.override_optimizer_config,
+        )
         check_choice(self.lr_decay_style, LR_DECAY_STYLES, f"{path}.lr_decay_style")
         check_choice(self.weight_decay_incr_style, ("constant",), f"{path}.weight_decay_incr_style")
         check(

@@ -275,6 +275,7 @@ class SFTTrainerConfig:
             value = getattr(self, section.name)
             if hasattr(value, "validate"):
                 value.validate(section.name)
+        self.optim.validate("optim", self.engine.strategy)  # verl's Megatron optimizer keys need its engine
         sp = self.engine.ulysses_sequence_parallel_size
         check(
             sp == 1 or self.model.use_remove_padding,
@@ -304,7 +305,8 @@ class SFTTrainerConfig:
         """The keys of this trainer accepted for verl's scripts that have no effect here (with the
         engine section's keys the chosen strategy does not read)."""
         engine = tuple(f"engine.{name}" for name in self.engine.inert_fields())
-        return tuple(dict.fromkeys(SFT_INERT_KEYS + engine))
+        read = MEGATRON_OFFLOAD_KEYS if self.engine.strategy == MEGATRON else ()
+        return tuple(key for key in dict.fromkeys(SFT_INERT_KEYS + engine) if key not in read)
 
 
 ConfigStore.instance().store(name=SFT_SCHEMA_NAME, node=SFTTrainerConfig)
@@ -339,6 +341,8 @@ def convert_sft_aliases(config: SFTTrainerConfig) -> list[str]:
     return notes
 
 
+MEGATRON_OFFLOAD_KEYS = ("engine.param_offload", "engine.optimizer_offload")
+"""Inert with FSDP here (:data:`SFT_INERT_KEYS`), read by the Megatron engine."""
 # accepted for verl's scripts, no effect here (each field's doc says why); noted when set
 SFT_INERT_KEYS = (
     "data.pad_mode",

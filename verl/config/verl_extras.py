@@ -74,7 +74,7 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
         (r"^trainer\.v1\.", "the options of verl's v1 trainer are not implemented (see trainer.mode=async)"),
         (r"^skip\.", f"verl's rollout-skipping cache {_NOT_HERE}"),
         (
-            r"\.optim\.(optimizer|optimizer_impl|override_optimizer_config)$",
+            r"\.optim\.(optimizer|optimizer_impl)$",
             "only torch.optim.AdamW is implemented",
         ),
         (r"\.rollout\.logprobs_mode$", "the engines return processed log-probs (after temperature) only"),
@@ -90,7 +90,12 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
             "custom async servers are not supported; use rollout.name",
         ),
         (r"\.use_prefix_grouper$", f"the prefix grouper {_NOT_HERE}"),
-        (r"^data\.(image_patch_size|audio_key|mm_processor_kwargs)$", "multi-modal data is not supported"),
+        (
+            r"^data\.(image_patch_size|mm_processor_kwargs)$",
+            "the image processor's own settings (the model folder's preprocessor_config.json) are used; "
+            "per-image size limits go in the image column's entries (docs/vlm.md)",
+        ),
+        (r"^data\.audio_key$", "audio inputs are not supported"),
         (r"\.fsdp_config\.forward_only$", "set by the role (the reference only runs forward)"),
         (r"^data\.function_tool_path$", f"function tools {_NOT_HERE}; use a tool YAML"),
     ]

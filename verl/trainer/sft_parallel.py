@@ -71,7 +71,7 @@ def check_layout(config: SFTTrainerConfig, world_size: int) -> None:
 def build_sft_engine(config: SFTTrainerConfig, module: torch.nn.Module, device: torch.device) -> TrainEngine:
     """The engine ``engine.strategy`` names, training ``module`` with ``optim.*``."""
     engine = config.engine
-    # FSDP's offload keys do nothing for SFT (noted as inert); under Megatron they are refused
+    # FSDP's offload keys do nothing for SFT (noted as inert); the Megatron engine reads its own
     fsdp = replace(engine, param_offload=False, optimizer_offload=False)
     return build_engine(
         engine.strategy,

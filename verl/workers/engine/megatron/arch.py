@@ -31,6 +31,7 @@ from torch import nn
 
 from verl.config.base import ConfigError
 from verl.utils.errors import UserInputError
+from verl.workers.engine.megatron.overrides import apply_transformer_overrides
 
 if TYPE_CHECKING:
     from megatron.core.transformer import TransformerConfig
@@ -233,28 +234,6 @@ def qkv_bias(hf_config) -> bool:
     return bool(getattr(hf_config, "attention_bias", False)) if fixed is None else fixed
 
 
-def _apply_overrides(fields: dict, overrides: dict, known) -> None:
-    """verl's ``override_transformer_config`` over ``fields`` (null: keep), then what the local
-    layer spec cannot do taken out again."""
-    for name, value in overrides.items():
-        if name not in known:
-            raise ConfigError(
-                f"override_transformer_config.{name}: expected a field of megatron-core's TransformerConfig, "
-                f"got an unknown key {name!r}"
-            )
-        if value is not None:
-            fields[name] = value
-    # The local layer spec has one attention implementation; verl's configs name a TE backend here.
-    fields.pop("attention_backend", None)
-    if fields.get("sequence_parallel"):
-        # The local spec's norms (torch RMSNorm) cannot split the sequence; verl turns it on by
-        # default, and it changes only memory, never the numbers.
-        logger.warning(
-            "sequence_parallel is off: megatron-core's local layer spec (no Transformer Engine) lacks it"
-        )
-        fields["sequence_parallel"] = False
-
-
 def transformer_config(
     hf_config, *, tp: int, pp: int, dtype: torch.dtype, overrides: dict | None = None, **parallel
 ) -> TransformerConfig:
@@ -295,7 +274,7 @@ def transformer_config(
         **parallel,
     )
     fields.update(_moe_fields(hf_config))
-    _apply_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)
+    apply_transformer_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)
     return TransformerConfig(**fields)
 
 

@@ -43,6 +43,7 @@ from verl.workers.engine.megatron.groups import (
     init_model_parallel,
 )
 from verl.workers.engine.megatron.offload import Offload
+from verl.workers.engine.megatron.overrides import optimizer_overrides
 from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
@@ -188,7 +189,12 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         model = DistributedDataParallel(config=config, ddp_config=ddp, module=model)
         config.finalize_model_grads_func = finalize_model_grads
         low = self.compute_dtype in (torch.bfloat16, torch.float16)
-        opt = OptimizerConfig(
+        overrides = optimizer_overrides(
+            optim.override_optimizer_config,
+            self.device,
+            f"{self.key.removesuffix('.megatron')}.optim.override_optimizer_config",
+        )
+        base = dict(
             optimizer="adam",
             lr=optim.lr,
             weight_decay=optim.weight_decay,
@@ -201,6 +207,7 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
             params_dtype=self.compute_dtype,
             use_distributed_optimizer=megatron.use_distributed_optimizer,
         )
+        opt = OptimizerConfig(**{**base, **overrides})  # verl's overrides apply last
         # ``{}``: weight decay on every parameter, as the FSDP engine (megatron's default skips biases
         # and norms); one set of algorithm semantics whichever engine trains
         self.optimizer = get_megatron_optimizer(opt, [model], config_overrides={})
