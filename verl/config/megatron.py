@@ -64,12 +64,16 @@ class MegatronConfig:
     use_distributed_optimizer: bool = True
     """Shard the optimizer state (and fp32 master weights) over the data-parallel ranks (ZeRO-1)."""
     use_dist_checkpointing: bool = False
-    """Load the initial weights from a megatron-core distributed checkpoint (dist_checkpointing_path).
-    Refused when True: the engine converts the Hugging Face weights of model.path."""
+    """Load the initial weights from the megatron-core distributed checkpoint at dist_checkpointing_path
+    (written once by scripts/converter_hf_to_mcore.py) instead of converting model.path's Hugging Face
+    weights; it loads at any tensor/pipeline layout. model.path still gives the config and tokenizer
+    (and a critic's value head, which a causal LM's checkpoint lacks)."""
     dist_checkpointing_path: str | None = None
-    """The distributed checkpoint for use_dist_checkpointing. No effect here (that switch is refused)."""
+    """The distributed checkpoint's folder (read when use_dist_checkpointing; one that is missing, not
+    a distributed checkpoint or of another model is an error naming this key)."""
     dist_checkpointing_prefix: str = ""
-    """verl: a prefix on the distributed checkpoint's keys (NeMo 2 writes 'module.'). No effect here."""
+    """A prefix on the distributed checkpoint's keys (NeMo 2 writes 'module.'), read with
+    use_dist_checkpointing."""
     dist_ckpt_optim_fully_reshardable: bool = False
     """verl: write reshardable optimizer state into distributed checkpoints. No effect here."""
     distrib_optim_fully_reshardable_mem_efficient: bool = False
@@ -133,6 +137,12 @@ class MegatronConfig:
     def validate(self, path: str) -> None:
         check_ranges(self, path)
         check_choice(self.dtype, MEGATRON_DTYPES, f"{path}.dtype")
+        check(
+            not self.use_dist_checkpointing or bool(self.dist_checkpointing_path),
+            f"{path}.dist_checkpointing_path",
+            "the distributed checkpoint's folder with use_dist_checkpointing=True",
+            self.dist_checkpointing_path,
+        )
         if self.tensor_model_parallel_size == 1:
             self.sequence_parallel = False  # verl's McoreEngineConfig does the same
 
@@ -152,17 +162,11 @@ NOT_YET: dict[str, tuple[Callable[[Any], bool], str]] = {
         _one,
         "the interleaved (virtual) pipeline schedule is not implemented yet; use pipeline_model_parallel_size",
     ),
-    "use_dist_checkpointing": (
-        lambda v: not v,
-        "the engine starts from the Hugging Face weights of model.path (distributed checkpoints are not read)",
-    ),
     "use_megatron_fsdp": (lambda v: not v, "Megatron-FSDP is not implemented here"),
     "override_ddp_config": (lambda v: not v, "the engine does not apply DDP overrides yet"),
     "override_mcore_model_config": (lambda v: not v, "the engine does not apply model overrides yet"),
 }
 INERT_FIELDS = (
-    "dist_checkpointing_path",
-    "dist_checkpointing_prefix",
     "dist_ckpt_optim_fully_reshardable",
     "distrib_optim_fully_reshardable_mem_efficient",
     "max_seqlen_per_dp_cp_rank",

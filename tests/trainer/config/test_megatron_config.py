@@ -141,13 +141,23 @@ def test_expert_times_pipeline_must_divide_the_ranks():
     [
         ("context_parallel_size", "2", "no context-parallel attention"),
         ("virtual_pipeline_model_parallel_size", "2", "interleaved"),
-        ("use_dist_checkpointing", "true", "Hugging Face weights"),
     ],
 )
 def test_a_feature_the_engine_lacks_is_refused_naming_the_key(key, value, reason):
     full = f"actor_rollout_ref.actor.megatron.{key}"
     with pytest.raises(ConfigError, match=re.escape(full) + "=.*" + reason):
         load_config([*MEGATRON, f"{full}={value}"])
+
+
+def test_use_dist_checkpointing_is_accepted_with_a_path_and_refused_without_one():
+    """The load itself: tests/workers/engine/test_megatron_dist_checkpoint.py."""
+    section = "actor_rollout_ref.actor.megatron"
+    config = load_config(
+        [*MEGATRON, f"{section}.use_dist_checkpointing=true", f"{section}.dist_checkpointing_path=/ckpt"]
+    )
+    assert config.actor_rollout_ref.actor.megatron.dist_checkpointing_path == "/ckpt"
+    with pytest.raises(ConfigError, match=re.escape(f"{section}.dist_checkpointing_path") + ".*got None"):
+        load_config([*MEGATRON, f"{section}.use_dist_checkpointing=true"])
 
 
 def test_the_offload_keys_are_accepted_and_the_reference_follows_the_actors_param_offload():

@@ -107,6 +107,7 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
     ) -> None:
         from megatron.core import parallel_state as ps
         from verl.workers.engine.megatron.arch import build_model, check_parallel, transformer_config
+        from verl.workers.engine.megatron.dist_checkpoint import load_dist_checkpoint
         from verl.workers.engine.megatron.weights import load_hf_state
 
         check_device(device, key)
@@ -147,7 +148,16 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
             post_process=self.last_stage,
             value_head=value_head,
         )
-        load_hf_state(model, self.hf_config, hf_module.state_dict())
+        if megatron.use_dist_checkpointing:  # verl's pre-converted weights, at any layout
+            load_dist_checkpoint(
+                model,
+                megatron.dist_checkpointing_path,
+                key,
+                megatron.dist_checkpointing_prefix,
+                hf_module.state_dict(),
+            )
+        else:
+            load_hf_state(model, self.hf_config, hf_module.state_dict())
         hf_module.to("meta")  # its config and class stay (for exports); its weights are the shards now
         self.config = config
         self.grad_clip = grad_clip
