@@ -15,8 +15,8 @@ tensor (what a single rank would hold with ``tp=1``), so each layout rule is wri
 * a MoE layer's experts: transformers 5 fuses them into ``mlp.experts.gate_up_proj`` ``[E, 2F, H]``
   (each expert's ``[gate; up]``) and ``mlp.experts.down_proj`` ``[E, H, F]``; megatron-core holds
   ``E / EP`` local experts per expert-parallel rank (``local_experts.<i>`` is global expert
-  ``ep_rank * E / EP + i``), each split over the expert-tensor-parallel ranks as a dense MLP is.
-  Such a slot stands for the stack of the rank's local experts.
+  ``ep_rank * E / EP + i``), each whole (:mod:`.arch` refuses expert tensor parallelism). Such a
+  slot stands for the stack of the rank's local experts.
 
 Pipeline stages number their layers from 0; megatron-core's ``get_transformer_layer_offset`` gives a
 stage's first global layer. :func:`export_hf_state` walks the global list of slots (from the HF config
@@ -67,7 +67,7 @@ class Slot:
     """False for a tied output layer: its tensor is the embedding's, exported once."""
     experts: int = 0
     """A MoE layer's experts stacked (the HF tensor's first dimension): the megatron parameters are the
-    rank's local experts and ``split`` is a dimension of one expert's tensor; 0: one parameter."""
+    rank's local experts, each whole; 0: one parameter."""
 
     def local_name(self, offset: int) -> str:
         """The parameter's name on a stage whose first layer is ``offset``; for experts, the name of
@@ -187,7 +187,7 @@ def _to_hf(slot: Slot, full: torch.Tensor, hf_config) -> list[torch.Tensor]:
 
 
 def _shard(slot: Slot, full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    """Rank ``rank``'s slice of a full tensor (of one expert, for an experts slot)."""
+    """Rank ``rank``'s slice of a full tensor."""
     if slot.split is None or tp == 1:
         return full
     if slot.kind == "gate_up":
@@ -206,13 +206,8 @@ def _unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
 
 def unshard(slot: Slot, pieces: list[torch.Tensor]) -> torch.Tensor:
     """The full tensor from the slices of tensor-parallel ranks ``0..T-1`` (rank order); a slot
-    kept whole on every rank takes the first. For readers of saved shards (the model merger); an
-    experts slot's pieces are stacks of the same local experts (``[E / EP, ...]``)."""
-    if slot.split is None or len(pieces) == 1:
-        return pieces[0]
-    if slot.experts:
-        return torch.stack([_unshard(slot, list(one)) for one in zip(*pieces, strict=True)])
-    return _unshard(slot, pieces)
+    kept whole on every rank takes the first. For readers of saved shards (the model merger)."""
+    return pieces[0] if slot.split is None or len(pieces) == 1 else _unshard(slot, pieces)
 
 
 def megatron_to_hf(
@@ -293,7 +288,6 @@ def load_hf_state(model: nn.Module, hf_config, state: Mapping[str, torch.Tensor]
         )
     _check_names(state, hf_config, value_head)
     tp, rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
     local = _local_slots(model, slots(hf_config, value_head, tp))
     params = dict(model.named_parameters())
     unfilled, unknown = sorted(set(params) - set(local)), sorted(set(local) - set(params))
@@ -304,10 +298,7 @@ def load_hf_state(model: nn.Module, hf_config, state: Mapping[str, torch.Tensor]
     with torch.no_grad():
         for name, (slot, expert) in local.items():
             full = _to_full(slot, [state[n] for n in slot.hf], hf_config)
-            if expert is None:
-                params[name].copy_(_shard(slot, full, tp, rank))
-            else:
-                params[name].copy_(_shard(slot, full[expert], etp, etp_rank))
+            params[name].copy_(_shard(slot, full, tp, rank) if expert is None else full[expert])
 
 
 # ---------------------------------------------------------------------------- export
@@ -349,14 +340,12 @@ def _gather(slot: Slot, local: torch.Tensor) -> torch.Tensor:
 
 
 def _gather_experts(slot: Slot, params: dict, offset: int) -> torch.Tensor:
-    """The full ``[E, ...]`` stack of an experts slot: each local expert gathered over the
-    expert-tensor-parallel group, then the local stacks over the expert-parallel group."""
+    """The full ``[E, ...]`` stack of an experts slot: the local stacks gathered over the
+    expert-parallel group."""
     from megatron.core import parallel_state as ps
 
     ep = ps.get_expert_model_parallel_world_size()
     local = torch.stack([params[slot.expert_name(offset, i)] for i in range(slot.experts // ep)])
-    if ps.get_expert_tensor_parallel_world_size() > 1:
-        local = unshard(slot, _all_gather(local, ps.get_expert_tensor_parallel_group()))
     if ep == 1:
         return local.detach()
     return torch.cat(_all_gather(local, ps.get_expert_model_parallel_group()))
