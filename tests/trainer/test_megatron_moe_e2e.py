@@ -7,6 +7,7 @@ the router's load-balancing loss is logged. Real megatron-core over gloo behind 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -17,32 +18,33 @@ import torch
 pytest.importorskip("megatron.core")
 
 from tests.example_scripts import REPO
+from tests.megatron.ranks import run_ranks
 from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
 from tests.trainer.test_vllm_learning import needs_vllm
-from tests.trainer.verl_lines import script_args, swapped
+from tests.trainer.verl_lines import script_args, script_steps, swapped
 from verl.config.ppo_trainer import load_config
 
 STEPS = 2
-QWEN3_MOE_SCRIPT = REPO / "tests/trainer/config/verl_scripts/megatron_moe/grpo_qwen3moe_30b.sh"
+SCRIPTS = REPO / "tests/trainer/config/verl_scripts/megatron_moe"
+QWEN3_MOE_SCRIPT = SCRIPTS / "grpo_qwen3moe_30b.sh"
+QWEN1_5_MOE_SCRIPT = SCRIPTS / "ppo_qwen1.5_moe_a2.7b_gsm8k.sh"
 
 
-def write_tiny_moe(folder: str) -> str:
-    """A randomly initialised Qwen3-MoE with the built-in task's tokenizer (head_dim 32: vLLM's CPU
-    attention has no kernel for 16)."""
-    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+def write_tiny_moe(folder: str, family: str = "qwen3_moe") -> str:
+    """A randomly initialised Qwen3-MoE, or a Qwen2-MoE (a gated shared expert; layer 1 dense), with the
+    built-in task's tokenizer (head_dim 32: vLLM's CPU attention has no kernel for 16)."""
+    from transformers import AutoModelForCausalLM, Qwen2MoeConfig, Qwen3MoeConfig
 
     from verl.builtin.task import build_char_tokenizer
     from verl.utils.model import save_hf_files
 
     tokenizer = build_char_tokenizer()
-    config = Qwen3MoeConfig(
+    shared = dict(
         vocab_size=len(tokenizer),
-        hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=32,
         num_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=32,
@@ -52,11 +54,22 @@ def write_tiny_moe(folder: str) -> str:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    if family == "qwen3_moe":
+        config = Qwen3MoeConfig(**shared, hidden_size=64, head_dim=32)
+    else:
+        config = Qwen2MoeConfig(
+            **shared,
+            hidden_size=128,
+            shared_expert_intermediate_size=48,
+            intermediate_size=64,
+            mlp_only_layers=[1],
+        )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # decisive routing: at the default init, near-ties flip between kernels
         for layer in model.model.layers:
-            layer.mlp.gate.weight.normal_(0.0, 0.5)
+            if hasattr(layer.mlp, "gate"):  # a MoE layer (a dense one has gate_proj)
+                layer.mlp.gate.weight.normal_(0.0, 0.5)
     save_hf_files(model, tokenizer, folder, state_dict=model.state_dict())
     return folder
 
@@ -161,3 +174,54 @@ def test_verls_qwen3_moe_megatron_line_trains_a_step(builtin_assets, tmp_path, m
     assert metrics["training/global_step"] == 1
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert math.isfinite(metrics[key]), (key, metrics.get(key))
+
+
+def run_script(rank, world, argv):
+    """``python <argv[0]> <argv[1:]>`` in a spawned rank (with the CPU shim): the script's ``main``."""
+    spec = importlib.util.spec_from_file_location("verl_line_tool", REPO / argv[0])
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(argv[1:])
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_verls_qwen1_5_moe_ppo_line_converts_then_trains_into_vllm(builtin_assets, tmp_path, monkeypatch):
+    """verl's Qwen1.5-MoE PPO line, both of its steps: the converter writes a tiny Qwen2-MoE (a gated
+    shared expert, one dense layer) as a distributed checkpoint; then actor, reference and the GAE
+    critic (a MoE critic) start from it with pipeline parallel 2 (the script's), and vLLM's CPU engine
+    serves the rollout. Swapped: model, checkpoint and data paths, sizes, TP 4 -> 1 (MoE under tensor
+    parallelism is refused here), 4 nodes -> 1, vLLM TP 4 -> 1."""
+    from verl.trainer.main_ppo import run_ppo
+
+    model = write_tiny_moe(str(tmp_path / "tiny_moe"), "qwen2_moe")
+    ckpt = str(tmp_path / "mcore")
+    monkeypatch.chdir(tmp_path)
+    tool, args = script_steps(QWEN1_5_MOE_SCRIPT)
+    assert tool[0] == "scripts/converter_hf_to_mcore.py"
+    paths = {"--hf_model_path": model, "--output_path": ckpt}
+    run_ranks(run_script, 1, [paths.get(before, arg) for before, arg in zip(["", *tool], tool)])
+    name = next(a.split("=", 1)[1] for a in args if a.startswith("--config-name")).removesuffix(".yaml")
+    verl_line = "\n".join(a for a in args if not a.startswith("--"))
+    roles = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+    sizes = [
+        *(f"{role}.megatron.tensor_model_parallel_size=1" for role in roles),
+        *(f"{role}.megatron.dist_checkpointing_path={ckpt}" for role in roles),
+        "trainer.nnodes=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ]
+    data = str(Path(builtin_assets["train"]).parent)
+    overrides = [*swapped(verl_line, model, data), *sizes, *SHIM]
+    config = load_config(overrides, config_name=name)
+    assert (
+        config.critic.megatron.use_dist_checkpointing
+        and config.critic.megatron.pipeline_model_parallel_size == 2
+    )
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 1
+    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
+        assert math.isfinite(metrics[key]), (key, metrics.get(key))
+    assert metrics["rollout/weight_sync_probe_gap"] < 1e-3  # the experts and shared expert reached vLLM
+    assert metrics["training/rollout_logprob_diff_max"] < 1e-3

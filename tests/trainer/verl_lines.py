@@ -10,11 +10,25 @@ from pathlib import Path
 
 def script_args(script: Path, entry: str = "verl.trainer.main_ppo") -> list[str]:
     """Every argument ``script`` passes to ``python -m entry`` (its python replaced by printf)."""
-    env = {**os.environ, "PYTHON": "printf %s\\n", "MODEL": "/models/m", "DATA": "/data"}
-    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
-    lines = out.stdout.splitlines()
+    lines = _printed(script)
     assert lines[:2] == ["-m", entry], lines[:3]
     return lines[2:]
+
+
+def script_steps(script: Path, entry: str = "verl.trainer.main_ppo") -> tuple[list[str], list[str]]:
+    """A script that runs a python tool before ``python -m entry`` (verl's checkpoint conversion):
+    the tool's arguments (its script path first) and the entry's."""
+    lines = _printed(script)
+    at = lines.index("-m")
+    assert lines[at + 1] == entry, lines[at : at + 2]
+    return lines[:at], lines[at + 2 :]
+
+
+def _printed(script: Path) -> list[str]:
+    """What ``script`` hands its python, one argument per line (python replaced by printf)."""
+    env = {**os.environ, "PYTHON": "printf %s\\n", "MODEL": "/models/m", "DATA": "/data"}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
 
 
 def swapped(lines: str, model: str, data: str) -> list[str]:

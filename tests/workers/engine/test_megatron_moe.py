@@ -30,8 +30,8 @@ from tests.workers.engine.test_megatron_engine import (
 EXPERTS, TOP_K = 4, 2
 
 
-def moe_config(family: str):
-    from transformers import MixtralConfig, Qwen3MoeConfig
+def moe_config(family: str, **extra):
+    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
     shared = dict(
         vocab_size=VOCAB,
@@ -44,9 +44,18 @@ def moe_config(family: str):
         tie_word_embeddings=False,
         router_aux_loss_coef=0.01,
     )
+    shared.update(extra)
     if family == "qwen3_moe":
         return Qwen3MoeConfig(
             **shared, head_dim=8, num_experts=EXPERTS, moe_intermediate_size=16, norm_topk_prob=False
+        )
+    if family == "qwen2_moe":  # a gated shared expert, and layer 1 dense (QKV bias, top-k not renormalised)
+        return Qwen2MoeConfig(
+            **{"mlp_only_layers": [1], **shared},
+            num_experts=EXPERTS,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=24,
+            intermediate_size=40,
         )
     return MixtralConfig(**shared, num_local_experts=EXPERTS, intermediate_size=16)
 
@@ -61,7 +70,8 @@ def build_moe(family: str, state=None):
         return module
     with torch.no_grad():  # decisive routing: no near-ties between the experts' scores
         for layer in module.model.layers:
-            layer.mlp.gate.weight.normal_(0.0, 0.5)
+            if hasattr(layer.mlp, "gate"):  # a MoE layer (a dense one has gate_proj)
+                layer.mlp.gate.weight.normal_(0.0, 0.5)
     return module
 
 
@@ -85,7 +95,12 @@ def run(engine, micros=None) -> dict:
 
 
 # name -> (model family, tensor, expert, expert tensor parallel sizes, distributed optimizer); 2 ranks
-LAYOUTS = {"ep2": ("qwen3_moe", 1, 2, None, True), "ep2_plain_optimizer": ("mixtral", 1, 2, 1, False)}
+LAYOUTS = {
+    "ep2": ("qwen3_moe", 1, 2, None, True),
+    "ep2_plain_optimizer": ("mixtral", 1, 2, 1, False),
+    "ep2_shared_expert_dense_layer": ("qwen2_moe", 1, 2, None, True),
+}
+FAMILIES = sorted({family for family, *_ in LAYOUTS.values()})
 
 
 def megatron_moe_engine(layout: str, state, overrides=None):
@@ -142,6 +157,7 @@ def switch_loss(module) -> float:
     hooks = [
         layer.mlp.gate.register_forward_hook(lambda mod, args, out: logits.append(out[0]))
         for layer in module.model.layers
+        if hasattr(layer.mlp, "gate")
     ]
     values = []
     with torch.no_grad():
@@ -160,7 +176,7 @@ def switch_loss(module) -> float:
 
 @pytest.fixture(scope="module")
 def references():
-    return {family: fsdp_reference(family) for family in ("qwen3_moe", "mixtral")}
+    return {family: fsdp_reference(family) for family in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -241,45 +257,28 @@ def test_an_expert_split_the_engine_cannot_take_names_the_key(family, tp, ep, et
         check_parallel(moe_config(family), tp, 1, key=KEY, ep=ep, etp=etp)
 
 
-def test_expert_parallel_on_a_dense_model_and_dense_layers_in_a_moe_model_are_refused():
+def test_expert_parallel_on_a_dense_model_is_refused():
     from transformers import Qwen2Config
 
     from verl.config.base import ConfigError
-    from verl.utils.errors import UserInputError
     from verl.workers.engine.megatron.arch import check_parallel
 
     dense = Qwen2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2)
     with pytest.raises(ConfigError, match=r"expert_model_parallel_size: expected 1 for qwen2, a dense model"):
         check_parallel(dense, 1, 1, key=KEY, ep=2)
-    mixed = moe_config("qwen3_moe")
-    mixed.mlp_only_layers = [0]
-    with pytest.raises(
-        UserInputError, match=r"mlp_only_layers=\[0\]: the converter knows models whose every"
-    ):
-        check_parallel(mixed, 1, 1, key=KEY)
 
 
-def test_a_checkpoint_of_another_layout_is_refused_naming_the_difference(tmp_path):
-    from verl.workers.engine.megatron.checkpoint import ShardedCheckpoint
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe"])
+@pytest.mark.parametrize("step,dense", [(1, []), (2, []), (1, [0, 3]), (2, [1])])
+def test_the_moe_layers_are_the_ones_transformers_builds(family, step, dense):
+    """``moe_layers`` (megatron-core's ``moe_layer_freq``) against the layers of the transformers model
+    that have a router, for ``decoder_sparse_step`` and ``mlp_only_layers``."""
+    from transformers import AutoModelForCausalLM
 
-    layout = {"tp_rank": 0, "tp_size": 2, "pp_rank": 0, "pp_size": 1, "dp_rank": 0}
-    layout |= {"ep_rank": 0, "ep_size": 1, "etp_rank": 0, "etp_size": 1}
+    from verl.workers.engine.megatron.moe import moe_layers
+    from verl.workers.engine.megatron.weights import hf_names
 
-    class TensorParallelRank(ShardedCheckpoint):
-        rank, optimizer, lr_step = 0, None, 0
-
-        def layout(self):
-            return layout
-
-    old = {k: v for k, v in layout.items() if not k.startswith(("ep", "etp"))}  # before MoE: no expert keys
-    torch.save({"lr_step": 7, "layout": old}, tmp_path / "megatron_rank_0.pt")
-    rank = TensorParallelRank()
-    rank.load(str(tmp_path), ["extra"])  # same layout: accepted
-    assert rank.lr_step == 7
-    torch.save(
-        {"lr_step": 0, "layout": {**layout, "tp_size": 1, "ep_size": 2}}, tmp_path / "megatron_rank_0.pt"
-    )
-    with pytest.raises(
-        ValueError, match=r"another layout \(tp_size saved 1, here 2, ep_size saved 2, here 1\)"
-    ):
-        TensorParallelRank().load(str(tmp_path), ["model"])
+    config = moe_config(family, num_hidden_layers=4, decoder_sparse_step=step, mlp_only_layers=dense)
+    module = AutoModelForCausalLM.from_config(config)
+    assert moe_layers(config) == tuple(hasattr(layer.mlp, "gate") for layer in module.model.layers)
+    assert set(hf_names(config)) == set(module.state_dict())

@@ -1,15 +1,7 @@
-"""Hugging Face architectures -> megatron-core ``GPTModel``: the families the converter knows.
+"""Hugging Face architectures -> megatron-core ``GPTModel``: the split checks, the config, the model.
 
-A small converter of our own rather than a bridge (``mbridge``, ``megatron-bridge``): the dense
-families verl users train (Qwen2/2.5, Qwen3, Llama, Mistral) share one layout -- RMSNorm, rotary
-positions, grouped-query attention, SwiGLU -- and differ only in a QKV bias and per-head q/k norms, so
-one small table describes them. Each is known as a causal LM and as the one-label token classifier a
-critic uses (same trunk, a ``score`` head ``[1, hidden]`` instead of ``lm_head``).
-
-The mixture-of-experts families (Qwen3-MoE, Mixtral) replace every layer's MLP by a softmax top-k
-router over SwiGLU experts: megatron-core's ``MoELayer`` with its sequential experts (no grouped GEMM
-without Transformer Engine) and the all-to-all token dispatcher, the experts split over
-``expert_model_parallel_size`` ranks and each expert over ``expert_tensor_parallel_size``.
+A small converter of our own rather than a bridge (``mbridge``, ``megatron-bridge``): the families it
+knows are one table (:mod:`.families`, the MoE ones in :mod:`.moe`).
 
 The model is built from megatron-core's *local* layer spec (plain PyTorch, no Transformer Engine),
 which runs on CPUs and on GPUs without extra packages.
@@ -23,14 +15,14 @@ carry no probability and no gradient), and :mod:`.weights` strips them again on 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from verl.config.base import ConfigError
-from verl.utils.errors import UserInputError
+from verl.workers.engine.megatron.families import UnsupportedModelError, family, head_dim, qkv_bias
+from verl.workers.engine.megatron.moe import check_experts, define_missing_te_gemm, moe_fields
 from verl.workers.engine.megatron.overrides import apply_transformer_overrides
 
 if TYPE_CHECKING:
@@ -41,88 +33,6 @@ logger = logging.getLogger(__name__)
 PADDED_LOGIT = -10000.0
 """The logit of a padded vocabulary row: ``exp`` of it is 0 in every float format (megatron-core
 masks attention scores with the same value), and unlike ``-inf`` it keeps ``p * log p`` finite."""
-
-
-class UnsupportedModelError(UserInputError, ValueError):
-    """The Hugging Face model is not one the Megatron converter knows."""
-
-    kind = "model"
-
-
-@dataclass(frozen=True)
-class Family:
-    """What tells one dense family's layout from another's."""
-
-    name: str
-    """The class-name prefix in transformers (``Qwen2`` -> ``Qwen2ForCausalLM``)."""
-    qkv_bias: bool | None
-    """Whether q/k/v projections have a bias (None: the config's ``attention_bias`` says)."""
-    qk_layernorm: bool
-    """Per-head RMSNorm of queries and keys before rotary (Qwen3's ``q_norm``/``k_norm``)."""
-    moe: bool = False
-    """Every layer's MLP is a top-k mixture of SwiGLU experts (``mlp.gate`` router, ``mlp.experts``)."""
-
-
-FAMILIES = {
-    "qwen2": Family("Qwen2", qkv_bias=True, qk_layernorm=False),
-    "qwen3": Family("Qwen3", qkv_bias=None, qk_layernorm=True),
-    "llama": Family("Llama", qkv_bias=None, qk_layernorm=False),
-    "mistral": Family("Mistral", qkv_bias=False, qk_layernorm=False),
-    "qwen3_moe": Family("Qwen3Moe", qkv_bias=None, qk_layernorm=True, moe=True),
-    "mixtral": Family("Mixtral", qkv_bias=False, qk_layernorm=False, moe=True),
-}
-"""``config.model_type`` -> its family."""
-HEADS = ("ForCausalLM", "ForTokenClassification")
-KNOWN_ARCHITECTURES = tuple(f.name + head for f in FAMILIES.values() for head in HEADS)
-"""Every ``config.architectures`` entry the converter accepts."""
-
-
-def family(hf_config) -> Family:
-    """The config's family; an :class:`UnsupportedModelError` naming it and the known ones otherwise."""
-    model_type = getattr(hf_config, "model_type", None)
-    archs = list(getattr(hf_config, "architectures", None) or [])
-    unknown = [a for a in archs if a not in KNOWN_ARCHITECTURES]
-    if model_type not in FAMILIES or unknown:
-        named = ", ".join(unknown or archs) or "no architecture"
-        raise UnsupportedModelError(
-            f"the Megatron engine cannot convert {named} (model_type {model_type!r}); it knows "
-            f"{', '.join(KNOWN_ARCHITECTURES)} (token classifiers with num_labels=1); use strategy=fsdp "
-            "for other models"
-        )
-    return FAMILIES[model_type]
-
-
-@dataclass(frozen=True)
-class Experts:
-    """A mixture-of-experts model's experts, as its Hugging Face config gives them."""
-
-    count: int
-    top_k: int
-    ffn: int
-    """Each expert's intermediate size."""
-    normalized: bool
-    """The top-k routing weights renormalised to sum to 1 (Mixtral always; Qwen3-MoE's
-    ``norm_topk_prob``); otherwise they stay the softmax over all experts."""
-    aux_loss_coeff: float
-    """``router_aux_loss_coef``: the load-balancing loss's weight, where that loss is turned on."""
-
-
-def experts(hf_config) -> Experts | None:
-    """The experts of a MoE family's config; None for a dense model."""
-    if not family(hf_config).moe:
-        return None
-    return Experts(
-        count=getattr(hf_config, "num_experts", None) or hf_config.num_local_experts,
-        top_k=hf_config.num_experts_per_tok,
-        ffn=getattr(hf_config, "moe_intermediate_size", None) or hf_config.intermediate_size,
-        normalized=bool(getattr(hf_config, "norm_topk_prob", True)),
-        aux_loss_coeff=float(getattr(hf_config, "router_aux_loss_coef", 0.0) or 0.0),
-    )
-
-
-def head_dim(hf_config) -> int:
-    """Qwen3 (and some Llamas) set ``head_dim`` apart from ``hidden_size / heads``."""
-    return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
 
 
 def rope_parameters(hf_config) -> dict:
@@ -169,7 +79,7 @@ def check_parallel(
     make; ``key`` names the config section holding the parallel sizes (``ep``, ``etp``: expert
     model and expert tensor parallel sizes, None: ``tp``)."""
     family(hf_config)
-    _check_experts(hf_config, tp, ep, tp if etp is None else etp, key)
+    check_experts(hf_config, tp, ep, tp if etp is None else etp, key)
     _rope_kwargs(hf_config)
     if getattr(hf_config, "mlp_bias", False):
         raise UnsupportedModelError(
@@ -188,50 +98,6 @@ def check_parallel(
             f"{key}.pipeline_model_parallel_size: expected a divisor of the model's {layers} layers "
             f"(each stage holds the same number), got {pp}"
         )
-
-
-def _check_experts(hf_config, tp: int, ep: int, etp: int, key: str) -> None:
-    moe = experts(hf_config)
-    if moe is not None and tp > 1:
-        raise ConfigError(
-            f"{key}.tensor_model_parallel_size: expected 1 for the MoE model {hf_config.model_type}, got {tp}: "
-            "megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, which "
-            "its local layer spec (no Transformer Engine) lacks; split the experts with "
-            "expert_model_parallel_size and expert_tensor_parallel_size instead"
-        )
-    if moe is None:
-        if ep > 1:
-            raise ConfigError(
-                f"{key}.expert_model_parallel_size: expected 1 for {hf_config.model_type}, a dense model "
-                f"without experts, got {ep}"
-            )
-        return
-    sparse = (
-        getattr(hf_config, "decoder_sparse_step", 1),
-        list(getattr(hf_config, "mlp_only_layers", []) or []),
-    )
-    if sparse != (1, []):
-        raise UnsupportedModelError(
-            f"{hf_config.model_type} with decoder_sparse_step={sparse[0]} and mlp_only_layers={sparse[1]}: "
-            "the converter knows models whose every layer is a MoE layer (step 1, no dense layers)"
-        )
-    if moe.count % ep:
-        raise ConfigError(
-            f"{key}.expert_model_parallel_size: expected a divisor of the model's {moe.count} experts, got {ep}"
-        )
-    if etp != 1:
-        raise ConfigError(
-            f"{key}.expert_tensor_parallel_size: expected 1 (or null with tensor_model_parallel_size=1), got "
-            f"{etp}: with experts split 2 ways, megatron-core 0.16.1 updated some expert weights in the wrong "
-            "direction here (off by twice the learning rate after one step, against a single rank), so whole "
-            "experts per rank it is; split them over ranks with expert_model_parallel_size"
-        )
-
-
-def qkv_bias(hf_config) -> bool:
-    """Qwen2 always has a QKV bias, Mistral never; Llama and Qwen3 as `attention_bias` says."""
-    fixed = family(hf_config).qkv_bias
-    return bool(getattr(hf_config, "attention_bias", False)) if fixed is None else fixed
 
 
 def transformer_config(
@@ -273,31 +139,9 @@ def transformer_config(
         # tensor-parallel weights (what the gradient norm and the optimizer read) only while initialising
         **parallel,
     )
-    fields.update(_moe_fields(hf_config))
+    fields.update(moe_fields(hf_config))
     apply_transformer_overrides(fields, overrides or {}, TransformerConfig.__dataclass_fields__)
     return TransformerConfig(**fields)
-
-
-def _moe_fields(hf_config) -> dict:
-    """``TransformerConfig`` fields of a MoE family (none for a dense model). The router is
-    transformers': softmax over all experts then top-k (renormalised where the model says, which
-    equals megatron-core's top-k-then-softmax); nothing dropped (no capacity factor). The
-    load-balancing loss is off, as verl turns it off for RL; ``override_transformer_config.
-    moe_router_load_balancing_type=aux_loss`` turns it on with the model's ``router_aux_loss_coef``."""
-    moe = experts(hf_config)
-    if moe is None:
-        return {}
-    return dict(
-        num_moe_experts=moe.count,
-        moe_router_topk=moe.top_k,
-        moe_ffn_hidden_size=moe.ffn,
-        moe_router_score_function="softmax",
-        moe_router_pre_softmax=not moe.normalized,
-        moe_token_dispatcher_type="alltoall",  # the one megatron-core dispatcher for varying lengths
-        moe_grouped_gemm=False,  # grouped GEMM needs Transformer Engine
-        moe_router_load_balancing_type="none",
-        moe_aux_loss_coeff=moe.aux_loss_coeff,
-    )
 
 
 class ValueHead(nn.Module):
@@ -331,14 +175,35 @@ def _mask_padded_vocab(vocab: int, padded: int):
     return hook
 
 
-def _define_missing_te_gemm() -> None:
-    """megatron-core 0.16.1's router reads ``moe_utils.te_general_gemm``, which that module defines
-    only when Transformer Engine imports: without TE every MoE forward raised ``NameError``. None is
-    the value its own check (``te_general_gemm is not None``) falls back on."""
-    from megatron.core.transformer.moe import moe_utils
+def _decoder_spec(config: TransformerConfig):
+    """The local (non-TE) layer spec; with dense layers among the MoE ones (``moe_layer_freq``), one
+    spec per layer of this pipeline stage."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import (
+        LayerNormImpl,
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-    if not hasattr(moe_utils, "te_general_gemm"):
-        moe_utils.te_general_gemm = None
+    def layer_spec(num_experts: int | None):
+        # RMSNorm named explicitly: left unnamed, the spec picks apex's LayerNorm where apex is installed.
+        return get_gpt_layer_local_spec(
+            num_experts=num_experts,
+            moe_grouped_gemm=False,
+            qk_layernorm=config.qk_layernorm,
+            normalization="RMSNorm",
+        )
+
+    pattern = config.moe_layer_freq
+    if not config.num_moe_experts or not isinstance(pattern, list) or all(pattern):
+        return layer_spec(config.num_moe_experts)
+    first = get_transformer_layer_offset(config)
+    here = pattern[first : first + get_num_layers_to_build(config)]
+    return TransformerBlockSubmodules(
+        layer_specs=[layer_spec(config.num_moe_experts if is_moe else None) for is_moe in here],
+        layer_norm=LayerNormImpl,  # the final norm, as megatron-core picks it for a single layer spec
+    )
 
 
 def build_model(
@@ -347,21 +212,14 @@ def build_model(
     """This pipeline stage's ``GPTModel``; ``value_head``: the critic's model (a :class:`ValueHead`
     instead of the output layer, giving ``[b, s, 1]``). Weights are left to :func:`.weights.load_hf_state`."""
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     tp = config.tensor_model_parallel_size
     padded = padded_vocab_size(hf_config, tp)
     if config.num_moe_experts:
-        _define_missing_te_gemm()
+        define_missing_te_gemm()
     model = GPTModel(
         config,
-        # RMSNorm named explicitly: left unnamed, the spec picks apex's LayerNorm where apex is installed.
-        get_gpt_layer_local_spec(
-            num_experts=config.num_moe_experts,
-            moe_grouped_gemm=False,
-            qk_layernorm=config.qk_layernorm,
-            normalization="RMSNorm",
-        ),
+        _decoder_spec(config),
         vocab_size=padded,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,

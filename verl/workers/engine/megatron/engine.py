@@ -315,7 +315,7 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
 
     def _router_losses(self, micro_batches: int) -> dict[str, float]:
         """The MoE router's auxiliary losses of this step (``moe_load_balancing_loss``, ``moe_z_loss``
-        where ``override_transformer_config`` turns them on), per layer and micro-batch, averaged
+        where ``override_transformer_config`` turns them on), per MoE layer and micro-batch, averaged
         over the data-parallel ranks as megatron-core's trainer logs them. Every rank calls this."""
         from megatron.core.transformer.moe import moe_utils
 
@@ -323,7 +323,8 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         if not self.config.num_moe_experts or not tracker:
             return {}
         moe_utils.reduce_aux_losses_tracker_across_ranks()
-        layers = self.config.num_layers
+        pattern = self.config.moe_layer_freq  # a MoE family's config lists the MoE layers
+        layers = sum(pattern) if isinstance(pattern, list) else self.config.num_layers
         out = {
             f"moe_{name}": float(v["values"].sum()) / (layers * micro_batches) for name, v in tracker.items()
         }

@@ -16,7 +16,8 @@ tensor (what a single rank would hold with ``tp=1``), so each layout rule is wri
   (each expert's ``[gate; up]``) and ``mlp.experts.down_proj`` ``[E, H, F]``; megatron-core holds
   ``E / EP`` local experts per expert-parallel rank (``local_experts.<i>`` is global expert
   ``ep_rank * E / EP + i``), each whole (:mod:`.arch` refuses expert tensor parallelism). Such a
-  slot stands for the stack of the rank's local experts.
+  slot stands for the stack of the rank's local experts. A shared expert (Qwen2-MoE's
+  ``mlp.shared_expert``) is a SwiGLU like a dense MLP, its sigmoid gate ``[1, H]`` whole on every rank.
 
 Pipeline stages number their layers from 0; megatron-core's ``get_transformer_layer_offset`` gives a
 stage's first global layer. :func:`export_hf_state` walks the global list of slots (from the HF config
@@ -34,14 +35,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from verl.workers.engine.megatron.arch import (
-    ValueHead,
-    experts,
-    family,
-    head_dim,
-    padded_vocab_size,
-    qkv_bias,
-)
+from verl.workers.engine.megatron.arch import ValueHead, padded_vocab_size
+from verl.workers.engine.megatron.families import family, head_dim, qkv_bias
+from verl.workers.engine.megatron.moe import experts
 
 FIRST, LAST = -1, -2
 """The ``layer`` of a slot on the first stage (embedding) and on the last (final norm, head)."""
@@ -110,21 +106,31 @@ def _layer_slots(hf_config, layer: int) -> list[Slot]:
 
 
 def _mlp_slots(hf_config, layer: int, prefix: str) -> list[Slot]:
-    """A layer's MLP: SwiGLU, or a MoE layer's router and experts."""
+    """A layer's MLP: SwiGLU, or a MoE layer's router and experts (and its gated shared expert)."""
     h, moe = hf_config.hidden_size, experts(hf_config)
-    if moe is None:
-        f = hf_config.intermediate_size
-        gate_up = (prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight")
-        return [
-            Slot("mlp.linear_fc1.weight", layer, gate_up, "gate_up", 0, (2 * f, h)),
-            Slot("mlp.linear_fc2.weight", layer, (prefix + "mlp.down_proj.weight",), "plain", 1, (h, f)),
-        ]
+    if moe is None or not moe.layers[layer]:
+        return _swiglu_slots(layer, prefix + "mlp.", "mlp.", h, hf_config.intermediate_size)
     e, f = moe.count, moe.ffn
     fc1, fc2 = (prefix + "mlp.experts.gate_up_proj",), (prefix + "mlp.experts.down_proj",)
-    return [
+    out = [
         Slot("mlp.experts.linear_fc1.weight", layer, fc1, "gate_up", 0, (e, 2 * f, h), experts=e),
         Slot("mlp.experts.linear_fc2.weight", layer, fc2, "plain", 1, (e, h, f), experts=e),
         Slot("mlp.router.weight", layer, (prefix + "mlp.gate.weight",), "plain", None, (e, h)),
+    ]
+    if moe.shared_ffn:
+        out += _swiglu_slots(layer, prefix + "mlp.shared_expert.", "mlp.shared_experts.", h, moe.shared_ffn)
+        gate = (prefix + "mlp.shared_expert_gate.weight",)
+        out.append(Slot("mlp.shared_experts.gate_weight", layer, gate, "plain", None, (1, h)))
+    return out
+
+
+def _swiglu_slots(layer: int, hf: str, megatron: str, h: int, f: int) -> list[Slot]:
+    """A SwiGLU MLP of intermediate size ``f``: HF's ``<hf>gate_proj/up_proj/down_proj`` as
+    megatron's ``<megatron>linear_fc1/linear_fc2``."""
+    gate_up = (hf + "gate_proj.weight", hf + "up_proj.weight")
+    return [
+        Slot(megatron + "linear_fc1.weight", layer, gate_up, "gate_up", 0, (2 * f, h)),
+        Slot(megatron + "linear_fc2.weight", layer, (hf + "down_proj.weight",), "plain", 1, (h, f)),
     ]
 
 
