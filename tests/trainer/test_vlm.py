@@ -77,6 +77,7 @@ def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path)
         f"trainer.default_local_dir={tmp_path}",
         "trainer.logger=[]",
         "trainer.total_training_steps=75",
+        "trainer.test_freq=75",  # the first and the last validation are the ones compared
         "trainer.save_freq=75",
         "actor_rollout_ref.rollout.calculate_log_probs=True",  # the rollout's own log-probs, to compare
     ]
@@ -135,12 +136,39 @@ def test_roles_a_vision_policy_cannot_use_here_are_refused(override, key):
         build_dataloaders(config, build_tokenizer(config))
 
 
+# Before the data-parallel test: its one-rank pool has this run's shape and reuses its process.
+@pytest.mark.usefixtures("ray_session")
+def test_remax_baselines_are_generated_from_the_images(tmp_path, monkeypatch):
+    """ReMax's greedy baseline generation gets the rows' images too (a prompt's image tokens
+    without its pictures would fail the forward)."""
+    from verl.trainer.main_ppo import run_ppo
+
+    monkeypatch.chdir(tmp_path)
+    overrides = [
+        "algorithm.adv_estimator=remax",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.logger=[]",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=2",
+        f"trainer.default_local_dir={tmp_path}",
+    ]
+    config = load_config(overrides, PRESET)
+    prepare_ppo_assets(config)
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 1 and metrics["actor/grad_norm"] > 0
+
+
 def _trainer(tmp_path, ranks: int) -> RayPPOTrainer:
     overrides = [
         f"trainer.default_local_dir={tmp_path}",
         "trainer.logger=[]",
         f"trainer.n_gpus_per_node={ranks}",
-        "trainer.cpus_per_worker=1",
+        # the two CPUs either way: one rank starts in the process the runs above left
+        # (VERL_REUSE_WORKER_PROCESSES, tests/conftest.py), a pool of another shape could not
+        f"trainer.cpus_per_worker={2 // ranks}",
         "data.train_batch_size=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",
         "actor_rollout_ref.rollout.n=4",
@@ -176,27 +204,3 @@ def test_two_data_parallel_ranks_equal_one_on_an_image_batch(tmp_path):
     assert torch.allclose(log_probs[mask], batch.batch["old_log_probs"][mask], atol=1e-6)
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert got[key] == pytest.approx(expected[key], rel=1e-5), key
-
-
-@pytest.mark.usefixtures("ray_session")
-def test_remax_baselines_are_generated_from_the_images(tmp_path, monkeypatch):
-    """ReMax's greedy baseline generation gets the rows' images too (a prompt's image tokens
-    without its pictures would fail the forward)."""
-    from verl.trainer.main_ppo import run_ppo
-
-    monkeypatch.chdir(tmp_path)
-    overrides = [
-        "algorithm.adv_estimator=remax",
-        "trainer.total_training_steps=1",
-        "trainer.val_before_train=False",
-        "trainer.test_freq=-1",
-        "trainer.logger=[]",
-        "data.train_batch_size=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "actor_rollout_ref.rollout.n=2",
-        f"trainer.default_local_dir={tmp_path}",
-    ]
-    config = load_config(overrides, PRESET)
-    prepare_ppo_assets(config)
-    metrics = run_ppo(config, overrides)
-    assert metrics["training/global_step"] == 1 and metrics["actor/grad_norm"] > 0
