@@ -103,7 +103,9 @@ def test_running_out_of_generation_batches_is_a_clear_error():
 class Recording:
     """Mixed into the recipe's trainer: keeps what its rollout phase hands to the update."""
 
-    recorded: list
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorded: list = []
 
     def rollout_phase(self, batch, metrics, timing):
         out = super().rollout_phase(batch, metrics, timing)
@@ -119,55 +121,68 @@ class RecordingAsyncDAPOTrainer(Recording, AsyncDAPOTrainer):
     pass
 
 
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_dynamic_sampling_fills_the_batch_with_informative_groups(mode):
-    config = dapo_config(["trainer.total_training_steps=3", *(ASYNC if mode == "async" else [])])
-    trainer = (RecordingAsyncDAPOTrainer if mode == "async" else RecordingDAPOTrainer)(config)
-    trainer.recorded = []
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.close()
-
-    assert len(trainer.recorded) == 3
+def assert_batches_are_full_of_informative_groups(trainer, steps: int) -> int:
+    """Every recorded training batch holds whole groups with a reward signal; the generated prompts."""
+    prompts, n = trainer.config.data.train_batch_size, trainer.config.actor_rollout_ref.rollout.n
+    assert len(trainer.recorded) == steps
     generated = kept = 0
     for batch, metrics in trainer.recorded:
-        assert len(batch) == 8 * 4, "the training batch is not full"
+        assert len(batch) == prompts * n, "the training batch is not full"
         uids, acc = batch.non_tensor_batch["uid"], np.asarray(batch.non_tensor_batch["acc"], dtype=float)
-        assert len(set(uids)) == 8
+        assert len(set(uids)) == prompts
         for uid in set(uids):
             rows = uids == uid
-            assert rows.sum() == 4, f"group {uid} is not whole"
+            assert rows.sum() == n, f"group {uid} is not whole"
             assert np.std(acc[rows]) > 0, f"group {uid} has no reward signal: acc {acc[rows]}"
-        generated += metrics["train/num_gen_batches"] * 8
-        kept += 8
+        generated += metrics["train/num_gen_batches"] * prompts
+        kept += prompts
         assert 0 < metrics["train/kept_group_ratio"] <= 1
     assert generated > kept, "no group was ever dropped: the filter was not exercised"
-    if mode == "async":  # the extra draws were generations in flight, none older than the bound
-        assert trainer.staleness_seen and max(trainer.staleness_seen) <= config.async_training.max_staleness
-        assert len(trainer.staleness_seen) == generated * 4  # every draw's samples were checked
+    return generated
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_dynamic_sampling_fills_the_batch_with_informative_groups():
+    trainer = fit_trainer(dapo_config(["trainer.total_training_steps=3"]), RecordingDAPOTrainer)
+    assert_batches_are_full_of_informative_groups(trainer, steps=3)
+
+
+LEARNING_RUN = [
+    *ASYNC,
+    "trainer.val_before_train=True",
+    f"trainer.total_training_steps={DAPO_STEPS}",
+    f"trainer.test_freq={DAPO_STEPS // 4}",
+    "data.val_max_samples=200",
+    "data.train_batch_size=32",  # the embedded default's sizes, not SMALL's
+    "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+    "actor_rollout_ref.rollout.n=8",
+]
+
+
+@pytest.fixture(scope="module")
+def async_dapo_run(ray_session, builtin_assets) -> RecordingAsyncDAPOTrainer:
+    """The asynchronous run that learns, recorded: the two tests below read different things in it."""
+    return fit_trainer(dapo_config(LEARNING_RUN), RecordingAsyncDAPOTrainer)
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ray_session", "builtin_assets")
-def test_dapo_learns_the_default_task_asynchronously():
+def test_asynchronous_dynamic_sampling_fills_the_batch_with_informative_groups(async_dapo_run):
+    trainer = async_dapo_run
+    generated = assert_batches_are_full_of_informative_groups(trainer, steps=DAPO_STEPS)
+    # the extra draws were generations in flight, none older than the bound
+    assert (
+        trainer.staleness_seen and max(trainer.staleness_seen) <= trainer.config.async_training.max_staleness
+    )
+    n = trainer.config.actor_rollout_ref.rollout.n
+    assert len(trainer.staleness_seen) == generated * n  # every draw's samples were checked
+
+
+@pytest.mark.slow
+def test_dapo_learns_the_default_task_asynchronously(async_dapo_run):
     """Judged as each family's synchronous run in tests/trainer/test_learning.py (the best validation
     of the second half against the first), over 16 steps: DAPO's batches are all signal, so it peaks
     sooner (measured: 0.315 -> 0.575 at step 8, then 0.42-0.47 until step 32)."""
-    overrides = [
-        *ASYNC,
-        "trainer.val_before_train=True",
-        f"trainer.total_training_steps={DAPO_STEPS}",
-        f"trainer.test_freq={DAPO_STEPS // 4}",
-        "data.val_max_samples=200",
-        "data.train_batch_size=32",  # the embedded default's sizes, not SMALL's
-        "actor_rollout_ref.actor.ppo_mini_batch_size=32",
-        "actor_rollout_ref.rollout.n=8",
-    ]
-    trainer = fit_trainer(dapo_config(overrides), AsyncDAPOTrainer)
-    history = [(step, metrics[ACC]) for step, metrics in trainer.validator.history]
+    history = [(step, metrics[ACC]) for step, metrics in async_dapo_run.validator.history]
     print(f"async DAPO run: {history}")
     assert [step for step, _ in history] == list(range(0, DAPO_STEPS + 1, DAPO_STEPS // 4))
     best = max(acc for step, acc in history if step >= DAPO_STEPS // 2)
