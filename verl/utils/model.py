@@ -21,6 +21,7 @@ from torch import nn
 
 from verl.utils.checkpoint_io import find_unreadable_safetensors, read_error
 from verl.utils.errors import UserInputError
+from verl.utils.weightless import real_head, weightless
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "org/name"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -210,11 +211,13 @@ def load_causal_lm(
     dtype: torch.dtype = torch.float32,
     section: str = "actor_rollout_ref.model",
     attention: str | None = None,
+    weights: bool = True,
 ) -> nn.Module:
     """The policy: ``AutoModelForCausalLM`` with ``model.override_config`` applied (``section``: the
     config section ``model_config`` came from, named in errors; ``attention``: the attention
     implementation unless ``override_config.attn_implementation`` names one, None for
-    transformers' default)."""
+    transformers' default). ``weights=False``: its weights on the meta device, none read
+    (:mod:`verl.utils.weightless`)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     import_external_lib(model_config.external_lib)
@@ -236,6 +239,8 @@ def load_causal_lm(
         kwargs["gguf_file"] = model_config.gguf_file
     path = _path(model_config.path, "dir", key)
     auto = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
+    if not weights:
+        return weightless(auto, config, dtype, model_config.trust_remote_code)
     return _from_pretrained(auto.from_pretrained, path, key, model_config.override_config, **kwargs)
 
 
@@ -263,12 +268,15 @@ def apply_liger(module: nn.Module, key: str) -> nn.Module:
 
 
 def load_value_model(
-    model_config, dtype: torch.dtype = torch.float32, attention: str | None = None
+    model_config, dtype: torch.dtype = torch.float32, attention: str | None = None, weights: bool = True
 ) -> nn.Module:
     """The critic: ``AutoModelForTokenClassification`` with one output (the value head), or for a
     vision-language model its trunk with that head (:mod:`verl.utils.vision_classifier`); ``attention``
-    as in :func:`load_causal_lm`."""
-    return _load_token_classifier(model_config, "critic.model.path", dtype, attention=attention)
+    as in :func:`load_causal_lm`. ``weights=False``: the trunk on the meta device, none of it read,
+    the head real (:func:`verl.utils.weightless.real_head`)."""
+    return _load_token_classifier(
+        model_config, "critic.model.path", dtype, attention=attention, weights=weights
+    )
 
 
 def load_reward_model(
@@ -300,6 +308,7 @@ def _load_token_classifier(
     dtype: torch.dtype,
     head_bias_from_checkpoint: bool = False,
     attention: str | None = None,
+    weights: bool = True,
 ) -> Any:
     """``AutoModelForTokenClassification`` with one label and no dropout; with
     ``head_bias_from_checkpoint`` also the loading info, and a head with a bias only when the
@@ -339,6 +348,10 @@ def _load_token_classifier(
     if head_bias_from_checkpoint:
         kwargs["output_loading_info"] = True
     path = _path(model_config.path, "dir", key)
+    if not weights:
+        return real_head(
+            weightless(token_classifier_class(config), config, dtype, model_config.trust_remote_code), path
+        )
     load = token_classifier_class(config).from_pretrained  # a vision-language trunk too (its images)
     return _from_pretrained(load, path, key, model_config.override_config, **kwargs)
 

@@ -22,7 +22,6 @@ import torch
 from verl.algorithms.actor_loss import compute_actor_loss
 from verl.algorithms.distillation import TEACHER_KEYS, compute_distilled_actor_loss
 from verl.config.actor import ActorRolloutRefConfig
-from verl.config.engine import FSDPConfig
 from verl.config.rollout_backends import rollout_backend
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
@@ -39,7 +38,7 @@ from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
 from verl.workers.engine.base import TrainEngine, swapped_parameters
-from verl.workers.engine.factory import build_engine
+from verl.workers.engine.factory import build_engine, reads_hf_weights
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
@@ -123,7 +122,7 @@ class ActorRolloutRefWorker(Worker):
         )
         if self.is_actor:
             actor_cfg = self.config.actor
-            module = self._load_policy(actor_cfg.fsdp_config)
+            module = self._load_policy(actor_cfg)
             if actor_cfg.freeze_vision_tower:
                 freeze_vision_tower(module)
             self.actor = build_engine(
@@ -140,7 +139,7 @@ class ActorRolloutRefWorker(Worker):
             self.param_count = self.actor.parameter_count()
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
             ref_cfg = self.config.ref
-            module = self._load_policy(ref_cfg.fsdp_config)
+            module = self._load_policy(ref_cfg)
             key = "actor_rollout_ref.ref.megatron"
             self.ref = build_engine(
                 ref_cfg.strategy, module, self.device, ref_cfg.fsdp_config, ref_cfg.megatron, key
@@ -178,8 +177,10 @@ class ActorRolloutRefWorker(Worker):
         seed = (self.config.actor.data_loader_seed or 0) + data_rank  # a group shuffles alike
         self.shuffle_generator = torch.Generator().manual_seed(seed)
 
-    def _load_policy(self, fsdp: FSDPConfig):
-        module = load_causal_lm(self.config.model, attention=default_attention(self.device, fsdp))
+    def _load_policy(self, role):
+        """The HF policy for ``role`` (the actor's or the reference's section)."""
+        attention = default_attention(self.device, role.fsdp_config)
+        module = load_causal_lm(self.config.model, attention=attention, weights=reads_hf_weights(role))
         if self.config.model.use_liger and self.device.type == "cuda":
             apply_liger(module, "actor_rollout_ref.model.use_liger")
         return enable_packing(module) if self.config.model.use_remove_padding else module

@@ -15,7 +15,7 @@ from verl.utils.model import load_value_model
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
 from verl.workers.engine.base import TrainEngine
-from verl.workers.engine.factory import build_engine
+from verl.workers.engine.factory import build_engine, reads_hf_weights
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, response_values
 from verl.workers.packing import enable_packing
@@ -41,7 +41,8 @@ class CriticWorker(Worker):
         self.init_process_group(self.nccl_timeout_s)
         cfg = self.config
         torch.manual_seed(0)  # the value head is freshly initialised: every rank must draw the same one
-        module = load_value_model(cfg.model, attention=default_attention(self.device, cfg.model.fsdp_config))
+        attention = default_attention(self.device, cfg.model.fsdp_config)
+        module = load_value_model(cfg.model, attention=attention, weights=reads_hf_weights(cfg))
         self.engine = build_engine(
             cfg.strategy,
             enable_packing(module) if cfg.model.use_remove_padding else module,

@@ -11,6 +11,13 @@ from verl.workers.engine.base import TrainEngine
 MEGATRON = "megatron"
 
 
+def reads_hf_weights(role) -> bool:
+    """Whether a role's engine takes its weights from the Hugging Face model (``role``: an actor,
+    reference or critic section): not a Megatron one with ``megatron.use_dist_checkpointing``, which
+    fills them from the distributed checkpoint, so its HF module is built without them."""
+    return not (role.strategy == MEGATRON and role.megatron.use_dist_checkpointing)
+
+
 def build_engine(
     strategy: str,
     module: nn.Module,
