@@ -118,35 +118,6 @@ def test_verls_scheduling_knobs_are_noted_as_inert():
     }
 
 
-@needs_vllm
-@pytest.mark.slow
-@pytest.mark.usefixtures("ray_session")
-def test_verls_fully_async_dapo_line_trains_two_steps_on_cpu(builtin_assets, tmp_path, monkeypatch):
-    from verl.trainer.main_ppo import run_ppo
-
-    monkeypatch.chdir(tmp_path)
-    data = str(Path(builtin_assets["train"]).parent)
-    lines = "\n".join(verl_lines.script_args(SCRIPT, ENTRY))
-    overrides = [
-        *swapped(lines, builtin_assets["model"], data),
-        "trainer.n_gpus_per_node=1",  # a trainer process and a rollout process on two cores
-        "rollout.n_gpus_per_node=1",
-        "rollout.total_rollout_steps=32",  # two updates of require_batches (4) x ppo_mini_batch_size (4)
-        "trainer.logger=[file]",
-    ]
-    config = load_config(overrides, config_name=CONFIG_NAME)
-    check_fully_async(config)
-    assert (
-        config.actor_rollout_ref.rollout.name == "vllm" and config.actor_rollout_ref.rollout.mode == "async"
-    )
-    assert (config.data.train_batch_size, config.trainer.total_training_steps) == (16, 2)
-    metrics = run_ppo(config, overrides)
-    assert metrics["training/global_step"] == 2
-    assert metrics["async/staleness_max"] == 0  # no sync yet: both batches on version 0
-    for key in ("actor/pg_loss", "actor/grad_norm"):
-        assert metrics[key] == metrics[key], key  # finite
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
 def test_a_fully_async_run_learns_within_the_bound_and_trains_each_generation_once():
@@ -224,6 +195,37 @@ def test_a_killed_rollout_process_is_replaced_and_no_generation_is_lost():
     assert trainer.rollout_wg.pids[0] != trainer.killed_pid  # a new process generates
     assert trainer.consumed_generations == list(range(1, steps + 1))  # each trained once, in order
     assert trainer.policy_version == steps // 2
+
+
+# After the runs on the hf rollout: a run with an engine leaves no worker process for the next one
+# (tests/trainer/test_algorithms_e2e.py), but starts in the two that these left.
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_verls_fully_async_dapo_line_trains_two_steps_on_cpu(builtin_assets, tmp_path, monkeypatch):
+    from verl.trainer.main_ppo import run_ppo
+
+    monkeypatch.chdir(tmp_path)
+    data = str(Path(builtin_assets["train"]).parent)
+    lines = "\n".join(verl_lines.script_args(SCRIPT, ENTRY))
+    overrides = [
+        *swapped(lines, builtin_assets["model"], data),
+        "trainer.n_gpus_per_node=1",  # a trainer process and a rollout process on two cores
+        "rollout.n_gpus_per_node=1",
+        "rollout.total_rollout_steps=32",  # two updates of require_batches (4) x ppo_mini_batch_size (4)
+        "trainer.logger=[file]",
+    ]
+    config = load_config(overrides, config_name=CONFIG_NAME)
+    check_fully_async(config)
+    assert (
+        config.actor_rollout_ref.rollout.name == "vllm" and config.actor_rollout_ref.rollout.mode == "async"
+    )
+    assert (config.data.train_batch_size, config.trainer.total_training_steps) == (16, 2)
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 2
+    assert metrics["async/staleness_max"] == 0  # no sync yet: both batches on version 0
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert metrics[key] == metrics[key], key  # finite
 
 
 @pytest.mark.usefixtures("ray_session", "builtin_assets")
