@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.trainer.test_resume import finish, logged_steps, metric_stream, start
+from tests.trainer.test_resume import STEPS, finish, logged_steps, metric_stream, start
 from verl.config.ppo_trainer import load_config
 from verl.trainer.main_ppo import run_ppo
 
@@ -41,9 +41,10 @@ def wait_for_line(proc, text: str, timeout: float = 240) -> float:
 def test_a_killed_worker_fails_its_attempt_fast_and_max_restarts_resumes_the_run(tmp_path):
     """A SIGKILLed worker ends the attempt within a minute, named by role, rank and phase (the
     error a run without restarts ends with); ``trainer.max_restarts=1`` then rebuilds the workers,
-    resumes from the last checkpoint and completes."""
-    proc = start(tmp_path, ["trainer.save_freq=1", "trainer.max_restarts=1"])
-    killed_at = kill_a_worker_after(proc, tmp_path, 3)
+    resumes from the last checkpoint (step 2: ``trainer.save_freq=2``) and completes."""
+    no_validation = ["trainer.val_before_train=False", "trainer.test_freq=-1"]  # not what is tested
+    proc = start(tmp_path, [*no_validation, "trainer.max_restarts=1"])
+    killed_at = kill_a_worker_after(proc, tmp_path, 2)
     assert wait_for_line(proc, "restart 1/1 after a worker failure") - killed_at < 60
     code, out = finish(proc)
     assert code == 0, out[-3000:]
@@ -51,7 +52,7 @@ def test_a_killed_worker_fails_its_attempt_fast_and_max_restarts_resumes_the_run
     assert "WorkerDiedError" in restart and "role 'actor_rollout'" in restart and "rank " in restart
     assert "(in phase '" in restart
     assert "resumed from" in out
-    assert max(metric_stream(tmp_path)) == 6
+    assert max(metric_stream(tmp_path)) == STEPS
 
 
 NAN_RUN = [
