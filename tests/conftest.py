@@ -19,6 +19,12 @@ os.environ.setdefault("VERL_REUSE_WORKER_PROCESSES", "1")
 # other thread needs. Waiting asleep halved the time of the learning tests run side by side
 # (174 s -> 85 s); results are unchanged. Set before torch loads here, inherited by Ray and subprocesses.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# A Ray started without an address joins the cluster that `ray start` (or ray.cluster_utils, as the
+# multi-node test's) last began on this machine, while it runs: here, and in the trainer subprocesses
+# that inherit this, it always starts its own (`ray_init.address` or the multi-node test's explicit
+# address still win). Without it, the other xdist process's session Ray or trainer run could land on
+# that 2-node test cluster ("num_cpus must not be provided", or a run on someone else's nodes).
+os.environ.setdefault("RAY_ADDRESS", "local")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -265,26 +265,10 @@ def critic_megatron() -> MegatronConfig:
     return MegatronConfig(**{name: II(f"{actor}.{name}") for name in PARALLEL_SIZES})
 
 
-def check_offload_with_proximal_weights(config: Any) -> None:
-    """The actor's ``param_offload`` frees its weights between the engine's calls, while verl's
-    ``async_training.compute_prox_log_prob`` copies and swaps the module's parameters outside them
-    (verl/workers/actor_rollout_ref.py): the two are refused together, naming the key."""
-    actor, cfg = config.actor_rollout_ref.actor, getattr(config, "async_training", None)
-    keeps = cfg is not None and cfg.use_rollout_log_probs and cfg.compute_prox_log_prob
-    check(
-        not (keeps and actor.strategy == MEGATRON and actor.megatron.param_offload),
-        "actor_rollout_ref.actor.megatron.param_offload",
-        "False with async_training.compute_prox_log_prob (the proximal weights are read from the "
-        "parameters outside the engine's calls, where param_offload has freed them)",
-        True,
-    )
-
-
 def check_megatron_roles(config: Any) -> None:
     """The cross-role rules of ``strategy=megatron`` on a PPO config: the refusals of :data:`NOT_YET`
     for each Megatron role, one tensor/pipeline layout for the roles that share processes, TP x PP
     dividing the ranks, and no Ulysses sequence parallelism under Megatron."""
-    check_offload_with_proximal_weights(config)
     arr, critic = config.actor_rollout_ref, config.critic
     roles = {
         "actor_rollout_ref.actor": (arr.actor.strategy, arr.actor.megatron),

@@ -37,7 +37,7 @@ from verl.utils.model import (
 from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.base import TrainEngine, swapped_parameters
+from verl.workers.engine.base import TrainEngine
 from verl.workers.engine.factory import build_engine, reads_hf_weights
 from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
@@ -299,7 +299,7 @@ class ActorRolloutRefWorker(Worker):
         (``async_training.weight_transport``; ``weight_dir`` for files): every rank takes part in the
         gather, rank 0 returns the parcel, the others None."""
         self.version = version
-        with swapped_parameters(self.actor.module, self.proximal_weights) if proximal else nullcontext():
+        with self.actor.computing_with(self.proximal_weights) if proximal else nullcontext():
             weights = self._rollout_weights()
             if self.rank != 0:
                 for _ in weights:  # the gather is collective
@@ -356,8 +356,8 @@ class ActorRolloutRefWorker(Worker):
     def keep_proximal_weights(self) -> None:
         """Keep a copy of this rank's actor parameters as they are now (the weights just published to the
         rollout): ``compute_log_prob`` uses it for a batch whose ``meta_info["proximal_weights"]`` is
-        set (verl's ``async_training.compute_prox_log_prob``)."""
-        self.proximal_weights = [p.detach().clone() for p in self.actor.module.parameters()]
+        set (verl's ``async_training.compute_prox_log_prob``); in host memory under ``param_offload``."""
+        self.proximal_weights = self.actor.weights_copy()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -375,7 +375,7 @@ class ActorRolloutRefWorker(Worker):
             self.config.actor.calculate_sum_pi_squared,
         )
         if data.meta_info.get("proximal_weights"):
-            with swapped_parameters(self.actor.module, self.proximal_weights):
+            with self.actor.computing_with(self.proximal_weights):
                 out = self._log_probs(*args)
         else:
             out = self._log_probs(*args)

@@ -174,12 +174,15 @@ def test_the_offload_keys_are_accepted_and_the_reference_follows_the_actors_para
     assert not set(NOT_YET) & {"param_offload", "grad_offload", "optimizer_offload"}
 
 
-def test_param_offload_with_the_async_proximal_weights_is_refused_naming_the_key():
+def test_param_offload_with_the_async_proximal_weights_is_accepted():
+    """The proximal weights are copied and swapped in with the offloaded weights brought back
+    (``TrainEngine.weights_copy`` / ``computing_with``; tests/workers/engine/test_megatron_offload.py)."""
     key = "actor_rollout_ref.actor.megatron.param_offload"
     name = "fully_async_ppo_megatron_trainer"
-    load_config([f"{key}=true"], config_name=name)  # without the proximal policy: accepted
-    with pytest.raises(ConfigError, match=re.escape(key) + ".*compute_prox_log_prob"):
-        load_config([f"{key}=true", "async_training.compute_prox_log_prob=True"], config_name=name)
+    config = load_config([f"{key}=true", "async_training.compute_prox_log_prob=True"], config_name=name)
+    assert (
+        config.actor_rollout_ref.actor.megatron.param_offload and config.async_training.compute_prox_log_prob
+    )
 
 
 @pytest.mark.parametrize("name", sorted(NOT_YET))

@@ -93,11 +93,18 @@ def calls(state, folder: str, offload: bool) -> dict:
         after(first, f"train_step {step}")
     out["outs"] = first.infer(micros, actor_outputs)
     after(first, "infer")
+    kept = first.weights_copy()  # what the async trainer keeps as the proximal policy
+    out["kept_on_host"] = all(t.device.type == "cpu" and t.untyped_storage().nbytes() for t in kept)
+    after(first, "weights_copy")
     out["weights"] = {name: t.clone() for name, t in first.full_state_dict()}
     after(first, "full_state_dict")
     first.save(folder, ALL)
     after(first, "save")
     out["metrics"].append(first.train_step(micros, actor_loss, WEIGHTS))
+    with first.computing_with(kept):
+        out["proximal"] = first.infer(micros, actor_outputs)
+    after(first, "computing_with")
+    out["after_proximal"] = first.infer(micros, actor_outputs)
     second = engine(state, offload)
     second.load(folder, ALL)
     after(second, "load")
@@ -175,3 +182,15 @@ def test_bf16_main_weights_are_offloaded_with_the_optimizer(runs):
         assert {dtype for dtype, _ in plain["main"]} == {torch.float32}
         assert all(size > 0 for _, size in plain["main"]), rank  # separate storages, resident without offload
         assert all(size == 0 for _, size in offloaded["main"]) and offloaded["left"] == [], rank
+
+
+def test_kept_proximal_weights_compute_as_when_kept_with_the_weights_offloaded(runs):
+    """verl's ``compute_prox_log_prob`` under ``param_offload``: the copy kept after step 2 (in host
+    memory) gives step 2's outputs after step 3, and the engine then computes with its own again."""
+    for rank, got in enumerate(runs):
+        for offload in (False, True):
+            run = got[offload]
+            assert same(run["proximal"], run["outs"]), (rank, offload)
+            assert not same(run["after_proximal"], run["outs"]), (rank, offload)  # step 3 moved them
+        assert same(got[False]["after_proximal"], got[True]["after_proximal"]), rank
+        assert got[True]["kept_on_host"], rank

@@ -42,6 +42,31 @@ class TrainEngine(ABC):
     """The size of :attr:`rows_group`."""
     packs_sequences = True
     """Whether ``use_remove_padding`` runs micro-batches packed (else padded: the same values)."""
+    offloads_weights = False
+    """Whether the weights live in host memory between calls (``param_offload``)."""
+
+    @contextmanager
+    def resident(self, optimizer: bool = False) -> Iterator[None]:
+        """What the engine offloads (the weights; the optimizer state with ``optimizer``) on the
+        device for this block; nothing to do for an engine that offloads nothing."""
+        yield
+
+    def weights_copy(self) -> list[torch.Tensor]:
+        """A copy of this rank's parameters as they are now (in host memory where the engine offloads
+        its weights): what :meth:`computing_with` computes with later."""
+        with self.resident():
+            return [
+                p.detach().to("cpu" if self.offloads_weights else p.device, copy=True)
+                for p in self.module.parameters()
+            ]
+
+    @contextmanager
+    def computing_with(self, weights: list[torch.Tensor]) -> Iterator[None]:
+        """Calls in this block compute with ``weights`` (from :meth:`weights_copy`) in place of the
+        parameters, which are put back on exit; offloaded weights are brought to the device for the
+        whole block, so the engine's calls inside it find the swapped ones."""
+        with self.resident(), swapped_parameters(self.module, weights):
+            yield
 
     @abstractmethod
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:

@@ -153,6 +153,7 @@ class FSDPEngine(TrainEngine):
         )
         on_gpu = device.type == "cuda"
         self.param_offload = fsdp.param_offload and on_gpu
+        self.offloads_weights = self.param_offload
         self.optimizer_offload = fsdp.optimizer_offload and on_gpu and self.optimizer is not None
         if self.param_offload:
             self._offload_params()

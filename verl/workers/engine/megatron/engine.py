@@ -184,6 +184,11 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
             optimizer_state=megatron.optimizer_offload,
         )
         """What lives in host memory between calls (the three ``*_offload`` keys)."""
+        self.offloads_weights = megatron.param_offload
+
+    def resident(self, optimizer: bool = False):
+        """The offloaded weights (and optimizer state with ``optimizer``) on the device for a block."""
+        return self.offload.resident(optimizer=optimizer)
 
     def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
         from megatron.core.distributed import (
