@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from verl.builtin.assets import prepare_ppo_assets
 from verl.config.base import ConfigError
 from verl.config.distillation import teacher_plan
-from verl.config.ppo_trainer import inert_keys, load_config
+from verl.config.inert import inert_keys
+from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.teachers import Teachers

@@ -21,7 +21,8 @@ from tests.trainer.test_vllm_learning import needs_vllm
 from tests.trainer.verl_lines import swapped
 from verl.builtin.assets import prepare_ppo_assets
 from verl.config.base import ConfigError
-from verl.config.ppo_trainer import inert_keys, load_config
+from verl.config.inert import inert_keys
+from verl.config.ppo_trainer import load_config
 from verl.experimental.fully_async_policy.fully_async_main import CONFIG_NAME, ENTRY, check_fully_async
 from verl.single_controller.ray.resource_pool import ResourcePoolError
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer

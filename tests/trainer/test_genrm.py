@@ -13,7 +13,8 @@ from tests.trainer.fit import fit_trainer
 from verl.builtin import task as builtin
 from verl.builtin.arith import make_arith_rows
 from verl.config.base import ConfigError
-from verl.config.ppo_trainer import inert_keys, load_config
+from verl.config.inert import inert_keys
+from verl.config.ppo_trainer import load_config
 from verl.utils.dataset.schema import write_parquet
 
 JUDGE = """

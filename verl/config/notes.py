@@ -8,7 +8,8 @@ from pathlib import Path
 import yaml
 
 from verl.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
-from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, inert_keys
+from verl.config.inert import inert_keys
+from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ named as a string, for ``getattr``; doc strings do not count) in a file of ``ver
 outside the schema (``verl/config/``), in a file whose text also names the key's section
 (its field name or its dataclass), so that ``filter_groups.enable`` is not satisfied by some other
 ``.enable``. A key only the schema reads must be in one of the lists of ``compat.py`` or
-``ppo_trainer.py``; a new key that nothing reads fails here.
+``inert.py``; a new key that nothing reads fails here.
 """
 
 from __future__ import annotations
@@ -22,17 +22,16 @@ from verl.config import compat
 from verl.config.base import ConfigError
 from verl.config.fully_async import FULLY_ASYNC_ONLY
 from verl.config.fully_async import INERT_KEYS as FULLY_ASYNC_INERT_KEYS
-from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
-from verl.config.megatron import NOT_YET, SECTIONS
-from verl.config.ppo_trainer import (
+from verl.config.inert import (
     ALWAYS_INERT_KEYS,
     ENGINE_ONLY_KEYS,
     GPU_ONLY_KEYS,
     JUDGE_INERT_KEYS,
     SERVER_ONLY_KEYS,
-    PPOTrainerConfig,
-    load_config,
 )
+from verl.config.megatron import INERT_KEYS as MEGATRON_INERT_KEYS
+from verl.config.megatron import NOT_YET, SECTIONS
+from verl.config.ppo_trainer import PPOTrainerConfig, load_config
 from verl.config.rollout import RolloutConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -130,7 +129,7 @@ def test_every_schema_key_is_read_refused_converted_or_inert():
     ]
     assert not unaccounted, (
         "these keys are read nowhere in verl/ or recipe/ and are not refused, converted or inert "
-        f"(make them take effect, or list them in verl/config/compat.py or ppo_trainer.py): {unaccounted}"
+        f"(make them take effect, or list them in verl/config/compat.py or inert.py): {unaccounted}"
     )
 
 
