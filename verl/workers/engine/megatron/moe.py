@@ -59,13 +59,16 @@ def experts(hf_config) -> Experts | None:
 
 
 def check_experts(hf_config, tp: int, ep: int, etp: int, key: str) -> None:
+    """Refuse, naming the key under ``key``, an expert split the engine cannot train: tensor
+    parallelism on a MoE model, expert parallelism on a dense one, an expert count ``ep`` does not
+    divide, and experts split inside (``etp`` > 1)."""
     moe = experts(hf_config)
     if moe is not None and tp > 1:
         raise ConfigError(
             f"{key}.tensor_model_parallel_size: expected 1 for the MoE model {hf_config.model_type}, got {tp}: "
             "megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, which "
-            "its local layer spec (no Transformer Engine) lacks; split the experts with "
-            "expert_model_parallel_size and expert_tensor_parallel_size instead"
+            "its local layer spec (no Transformer Engine) lacks; split the experts over ranks with "
+            "expert_model_parallel_size instead"
         )
     if moe is None:
         if ep > 1:
