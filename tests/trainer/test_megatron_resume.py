@@ -25,7 +25,9 @@ STEPS = 4  # saved at 2 and 4 (trainer.save_freq=2 in test_resume.RUN)
 MEGATRON = [
     *RUN,
     *SHIM,
-    f"trainer.total_training_steps={STEPS}",  # later than RUN's: this one wins
+    f"trainer.total_training_steps={STEPS}",  # later than RUN's: these win
+    "data.train_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
     "actor_rollout_ref.actor.strategy=megatron",
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
 ]
