@@ -1,9 +1,9 @@
 """Multi-node on Ray, for real: a 2-node cluster on this machine (two raylets, 1 CPU each; see
 ``multinode_cluster.py``), ``main_ppo`` with ``trainer.nnodes=2`` joining it.
 
-One run trains 2 steps with a rank on each node and checkpoints; a second run resumes from
-that checkpoint, and then the worker node is taken away mid-run: the run ends with an error
-naming a dead rank's node and role instead of hanging.
+One run trains a step with a rank on each node and checkpoints; a second run resumes from
+that checkpoint, trains a step, and then the worker node is taken away mid-run: the run ends with
+an error naming a dead rank's node and role instead of hanging.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ RUN = [
     "trainer.logger=[console]",
     "trainer.project_name=multinode",
     "trainer.experiment_name=run",
-    "data.train_batch_size=8",
+    "data.train_batch_size=4",
     "data.val_max_samples=16",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.rollout.n=2",
 ]
 HANG_GUARD_S = 300  # only catches a hang
 
@@ -79,7 +79,7 @@ def main_ppo(workdir: Path, address: str, *extra: str) -> subprocess.Popen:
 def test_two_nodes_train_checkpoint_resume_and_a_lost_node_is_named(cluster, tmp_path):
     proc, address, worker_node = cluster
 
-    first = main_ppo(tmp_path, address, "trainer.total_training_steps=2")
+    first = main_ppo(tmp_path, address, "trainer.total_training_steps=1")
     out, _ = first.communicate(timeout=HANG_GUARD_S)
     assert first.returncode == 0, out[-3000:]
     placed = re.search(r"roles actor_rollout placed: rank 0: node (\w+) pid \d+, rank 1: node (\w+)", out)
@@ -87,16 +87,16 @@ def test_two_nodes_train_checkpoint_resume_and_a_lost_node_is_named(cluster, tmp
     nodes = [placed.group(1), placed.group(2)]
     assert nodes[0] != nodes[1], nodes  # one rank on each node
     assert sum(worker_node.startswith(node) for node in nodes) == 1  # one rank on the worker node
-    step_2 = tmp_path / "checkpoints" / "multinode" / "run" / "global_step_2"
-    assert (step_2 / "actor").is_dir(), sorted(p.name for p in step_2.parent.iterdir())
+    step_1 = tmp_path / "checkpoints" / "multinode" / "run" / "global_step_1"
+    assert (step_1 / "actor").is_dir(), sorted(p.name for p in step_1.parent.iterdir())
 
     second = main_ppo(tmp_path, address, "trainer.total_training_steps=100")
     lines = []
     for line in second.stdout:  # resumed, then one more step, then the worker node goes away
         lines.append(line)
-        if line.startswith("step:3 "):
+        if line.startswith("step:2 "):
             break
-    assert any("resumed from" in line and "global_step_2" in line for line in lines), "".join(lines)[-3000:]
+    assert any("resumed from" in line and "global_step_1" in line for line in lines), "".join(lines)[-3000:]
     proc.stdin.write("kill-worker\n")
     proc.stdin.flush()
     assert proc.stdout.readline().strip() == "WORKER_REMOVED"
