@@ -319,10 +319,64 @@ def check_megatron_roles(config: Any) -> None:
             "1 with strategy=megatron (Megatron splits activations with megatron.sequence_parallel)",
             sp,
         )
-    if arr.actor.strategy == MEGATRON or arr.ref.strategy == MEGATRON:
+    if arr.actor.strategy == MEGATRON and (arr.model.lora_rank or arr.model.lora_adapter_path):
+        check_megatron_lora(arr.model, "actor_rollout_ref.model")
+
+
+LORA_TARGETS = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+"""The Megatron engine's LoRA targets (megatron-core's linears) and the HF linears each fuses."""
+
+
+def check_megatron_lora(model: Any, key: str) -> None:
+    """LoRA on the Megatron engine: ``lora_rank`` > 0 with the targets :func:`megatron_lora_targets`
+    reads; a saved adapter (``lora_adapter_path``) and ``exclude_modules`` are refused."""
+    check(
+        not model.lora_adapter_path,
+        f"{key}.lora_adapter_path",
+        "null with strategy=megatron (loading a saved peft adapter into megatron's fused linears is not "
+        "implemented; train it with strategy=fsdp, or start a new adapter with lora_rank)",
+        model.lora_adapter_path,
+    )
+    check(
+        not model.exclude_modules,
+        f"{key}.exclude_modules",
+        "null with strategy=megatron (name the adapted linears in target_modules instead)",
+        model.exclude_modules,
+    )
+    megatron_lora_targets(model.target_modules, f"{key}.target_modules")
+
+
+def megatron_lora_targets(value: Any, key: str) -> tuple[str, ...]:
+    """``target_modules`` as megatron targets: ``all-linear`` (all four), megatron names, or the HF
+    names of FSDP configs (``q_proj``/``k_proj``/``v_proj`` -> ``linear_qkv``, ``o_proj`` ->
+    ``linear_proj``, ``gate_proj``/``up_proj`` -> ``linear_fc1``, ``down_proj`` -> ``linear_fc2``); a
+    fused layer's HF names come together. Raises ``ConfigError`` naming ``key``."""
+    if value is None or value == "all-linear":
+        return tuple(LORA_TARGETS)
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else [str(n) for n in value]
+    given, hf_names = {n for n in names if n}, [n for hf in LORA_TARGETS.values() for n in hf]
+    unknown = sorted(given - set(LORA_TARGETS) - set(hf_names))
+    check(
+        not unknown,
+        key,
+        f"all-linear or names among {list(LORA_TARGETS)} or their HF names {hf_names}",
+        unknown,
+    )
+    out = []
+    for target, hf in LORA_TARGETS.items():
+        partial = given & set(hf)
         check(
-            not (arr.model.lora_rank or arr.model.lora_adapter_path),
-            "actor_rollout_ref.model.lora_rank",
-            "0 with strategy=megatron (LoRA is not implemented on the Megatron engine; use strategy=fsdp)",
-            arr.model.lora_rank,
+            not partial or partial == set(hf),
+            key,
+            f"all of {list(hf)} or none (megatron fuses them in {target}: one adapter)",
+            sorted(partial),
         )
+        if target in given or partial:
+            out.append(target)
+    check(bool(out), key, "at least one linear layer to adapt", value)
+    return tuple(out)

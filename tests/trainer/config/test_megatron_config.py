@@ -306,8 +306,27 @@ def test_sft_engine_megatron_is_accepted_and_refuses_what_the_engine_lacks():
         load_sft_config(["engine=megatron", "engine.context_parallel_size=2"])
 
 
-def test_lora_on_megatron_is_refused_naming_the_key():
+def test_lora_on_megatron_is_accepted_and_refuses_what_the_engine_lacks():
+    megatron = "actor_rollout_ref.actor.strategy=megatron"
+    config = load_config([megatron, "actor_rollout_ref.model.lora_rank=8"])
+    assert config.actor_rollout_ref.model.lora_rank == 8
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.lora_adapter_path: expected null"):
+        load_config([megatron, "actor_rollout_ref.model.lora_adapter_path=/tmp/adapter"])
     with pytest.raises(
-        ConfigError, match=re.escape("actor_rollout_ref.model.lora_rank: expected 0 with strategy=megatron")
+        ConfigError, match=r"actor_rollout_ref\.model\.target_modules: .*fuses them in linear_qkv"
     ):
-        load_config(["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.lora_rank=8"])
+        load_config(
+            [
+                megatron,
+                "actor_rollout_ref.model.lora_rank=8",
+                "actor_rollout_ref.model.target_modules=[q_proj]",
+            ]
+        )
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.exclude_modules: expected null"):
+        load_config(
+            [
+                megatron,
+                "actor_rollout_ref.model.lora_rank=8",
+                "actor_rollout_ref.model.exclude_modules=[o_proj]",
+            ]
+        )

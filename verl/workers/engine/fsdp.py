@@ -40,7 +40,14 @@ from torch.distributed.tensor import DTensor
 from verl.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
 from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
-from verl.workers.engine.lora import adapter_items, is_lora, is_trained, lora_scaling, merged_state_dict
+from verl.workers.engine.lora import (
+    ADAPTER,
+    adapter_items,
+    is_lora,
+    is_trained,
+    lora_scaling,
+    merged_state_dict,
+)
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -260,6 +267,10 @@ class FSDPEngine(TrainEngine):
     def hf_module(self) -> nn.Module:
         """The Hugging Face model itself (under a LoRA wrapper, the base model)."""
         return self.module.get_base_model() if self.lora else self.module
+
+    def adapter_config(self):
+        """LoRA: the peft ``LoraConfig`` a saved adapter lists."""
+        return self.module.peft_config[ADAPTER]
 
     def disabled_adapter(self):
         """A context in which the module runs without its LoRA adapters (the reference policy)."""

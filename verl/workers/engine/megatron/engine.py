@@ -48,6 +48,7 @@ from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
     from verl.config.megatron import MegatronConfig
+    from verl.workers.engine.megatron.lora import LoraSettings
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         grad_clip: float = 1.0,
         value_head: bool = False,
         gradient_checkpointing: bool = False,
+        lora: LoraSettings | None = None,
     ) -> None:
         from megatron.core import parallel_state as ps
         from verl.workers.engine.megatron.arch import build_model, check_parallel, transformer_config
@@ -113,7 +115,9 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         check_device(device, key)
         ensure_process_group(device)
         init_model_parallel(megatron, key)
-        self.device, self.key, self.lora, self.value_head = device, key, False, value_head
+        self.device, self.key, self.lora, self.value_head = device, key, lora is not None, value_head
+        self.lora_settings = lora
+        """LoRA's rank, alpha and targets (None: every weight trains)."""
         self.rank = dist.get_rank()
         self.hf_module = hf_module
         tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
@@ -164,6 +168,10 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         self.optim_config = optim
         self.optimizer = None
         model.to(device)
+        if lora is not None:  # before DDP and the optimizer are built: they hold the adapters only
+            from verl.workers.engine.megatron.lora import attach_lora
+
+            attach_lora(model, lora, key)
         if optim is None:
             model.requires_grad_(False)
         else:
@@ -374,13 +382,16 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors on every rank, gathered one at a time over TP and PP (the names of
         the HF module's state dict: a tied ``lm_head.weight`` too). With ``param_offload`` the weights
-        are on the device until the last tensor is read (a tensor that views them is a copy)."""
+        are on the device until the last tensor is read (a tensor that views them is a copy). With
+        LoRA the adapters are folded in (``W + s B A`` on each shard before the gather)."""
+        from verl.workers.engine.megatron.lora import merged_weight
         from verl.workers.engine.megatron.weights import export_hf_state
 
         tied = self.hf_config.tie_word_embeddings and not self.value_head
         with self.offload.resident():
             model = self._bare_model()
-            for name, tensor in export_hf_state(model, self.hf_config, value_head=self.value_head):
+            merged = merged_weight(model) if self.lora else None
+            for name, tensor in export_hf_state(model, self.hf_config, self.value_head, merged):
                 tensor = self.offload.outliving(tensor)
                 yield name, tensor
                 if tied and name == "model.embed_tokens.weight":  # transformers' state dict lists both
@@ -388,6 +399,46 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
 
     def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
         return {name: tensor.cpu() for name, tensor in self.full_state_dict()}
+
+    # ------------------------------------------------------------------ LoRA
+    def _lora_only(self) -> None:
+        if not self.lora:
+            raise RuntimeError("this engine's model has no LoRA adapter")
+
+    def disabled_adapter(self):
+        """A context in which the model runs without its LoRA adapters (the reference policy)."""
+        from verl.workers.engine.megatron.lora import disabled
+
+        self._lora_only()
+        return disabled(self._bare_model())
+
+    def adapter_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """LoRA: the adapters' full tensors under peft's saved names (what vLLM loads), gathered
+        one at a time; every rank takes part."""
+        from verl.workers.engine.megatron.lora import export_adapters
+
+        self._lora_only()
+        with self.offload.resident():
+            for name, tensor in export_adapters(self._bare_model(), self.hf_config, self.lora_settings):
+                yield name, self.offload.outliving(tensor)
+
+    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
+
+    def adapter_config(self):
+        """The peft ``LoraConfig`` a saved adapter lists (HF target names)."""
+        self._lora_only()
+        return self.lora_settings.peft_config()
+
+    def load_adapters(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Peft-named adapters (:meth:`adapter_tensors`' names) into this rank's slices."""
+        from verl.workers.engine.megatron.lora import load_adapters
+
+        self._lora_only()
+        with self.offload.resident():
+            load_adapters(self._bare_model(), self.hf_config, self.lora_settings, tensors)
+            if self.optimizer is not None:  # bf16: the optimizer's fp32 copies follow the new values
+                self.optimizer.reload_model_params()
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:

@@ -28,7 +28,7 @@ group, and every rank yields its HF tensors -- one parameter in flight at a time
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -358,32 +358,51 @@ def _gather_experts(slot: Slot, params: dict, offset: int) -> torch.Tensor:
 
 
 def export_hf_state(
-    model: nn.Module, hf_config, value_head: bool | None = None
+    model: nn.Module,
+    hf_config,
+    value_head: bool | None = None,
+    merged: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Full HF-named tensors (:func:`hf_names`' order), the same sequence on every rank; every rank
     of the model-parallel group must consume the whole iterator (it runs collectives).
 
-    ``value_head``: whether ``model`` is a critic's (None: asked of the last stage, one all-reduce)."""
+    ``value_head``: whether ``model`` is a critic's (None: asked of the last stage, one all-reduce).
+    ``merged``: ``(name, local tensor) -> local tensor`` applied before the gather (LoRA folds its
+    adapters in)."""
     from megatron.core import parallel_state as ps
 
     if value_head is None:
         value_head = _has_value_head(model)
-    tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+    tp = ps.get_tensor_model_parallel_world_size()
+    for slot, full in export_slots(model, slots(hf_config, value_head, tp), merged):
+        yield from zip(slot.hf, _to_hf(slot, full, hf_config))
+
+
+def export_slots(
+    model: nn.Module, wanted: list[Slot], merged: Callable[[str, torch.Tensor], torch.Tensor] | None = None
+) -> Iterator[tuple[Slot, torch.Tensor]]:
+    """Each exported slot of ``wanted`` (global, in order) with its full tensor, on every rank: the
+    owning stage gathers it over tensor (or expert) parallelism and broadcasts it over the pipeline."""
+    from megatron.core import parallel_state as ps
+
+    pp = ps.get_pipeline_model_parallel_world_size()
     me, group = ps.get_pipeline_model_parallel_rank(), ps.get_pipeline_model_parallel_group()
     stage_ranks = dist.get_process_group_ranks(group) if pp > 1 else [dist.get_rank()]
     params = dict(model.named_parameters())
     any_param = next(iter(params.values()))
     offset = _layer_offset(model)
-    for slot in slots(hf_config, value_head, tp):
+    for slot in wanted:
         if not slot.export:
             continue
         owner = _owner(slot, model, pp)
         if owner == me and slot.experts:
             full = _gather_experts(slot, params, offset).contiguous()
         elif owner == me:
-            full = _gather(slot, params[slot.local_name(offset)]).contiguous()
+            name = slot.local_name(offset)
+            local = merged(name, params[name]) if merged else params[name]
+            full = _gather(slot, local).contiguous()
         else:
             full = torch.empty(slot.shape, dtype=any_param.dtype, device=any_param.device)
         if pp > 1:
             dist.broadcast(full, src=stage_ranks[owner], group=group)
-        yield from zip(slot.hf, _to_hf(slot, full, hf_config))
+        yield slot, full
