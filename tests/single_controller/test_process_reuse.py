@@ -15,6 +15,7 @@ import ray
 
 from tests.trainer.test_algorithms_e2e import SHORT
 from verl.config.ppo_trainer import load_config
+from verl.single_controller.decorator import Dispatch, register
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -105,11 +106,20 @@ class CleanWorker(Worker):
         return True
 
 
-def one_finished_process(worker_cls: type) -> int:
+class ConcurrentWorker(CleanWorker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def thread_name(self) -> str:
+        return threading.current_thread().name
+
+
+def one_finished_process(worker_cls: type, max_concurrency: int = 1) -> int:
     """The pid of a one-rank group of ``worker_cls`` after its run ended (group and pool closed)."""
     pool = RayResourcePool([1], use_gpu=False, name_prefix="reuse", cpus_per_process=0.5)
-    group = create_colocated_worker_groups(pool, {"w": RayClassWithInitArgs(worker_cls)})["w"]
+    roles = {"w": RayClassWithInitArgs(worker_cls)}
+    group = create_colocated_worker_groups(pool, roles, max_concurrency=max_concurrency)["w"]
     pid = group.pids[0]
+    if max_concurrency > 1:  # a concurrent actor's calls run on Ray's threads, dummy threads to Python
+        assert group.thread_name()[0].startswith("Dummy"), group.thread_name()
     group.shutdown()
     pool.release()
     return pid
@@ -122,6 +132,17 @@ def test_a_process_left_unclean_is_killed_not_kept(monkeypatch, worker_cls):
     pid = one_finished_process(worker_cls)
     assert gone(pid)
     assert release_parked_workers() == 0
+
+
+@pytest.mark.usefixtures("clean_start")
+def test_the_threads_ray_runs_a_concurrent_actors_calls_on_do_not_stop_its_reuse(monkeypatch):
+    """An async run's rollout host takes concurrent calls (generation beside weight updates): Ray's
+    executor threads stay with the actor, so its process is kept like any clean one."""
+    monkeypatch.setenv(REUSE_ENV, "1")
+    pid = one_finished_process(ConcurrentWorker, max_concurrency=2)
+    assert psutil.pid_exists(pid)
+    assert release_parked_workers() == 1
+    assert gone(pid)
 
 
 @pytest.mark.slow

@@ -103,10 +103,14 @@ class WorkerHost:
         children = [child.pid for child in psutil.Process().children(recursive=True)]
         if children:
             return f"child processes {children} are still running"
+        # Ray runs a concurrent actor's calls (max_concurrency > 1) on threads of its own, which Python
+        # lists as dummy threads: they belong to the actor and outlive every run, like the process
         threads = [
             t.name
             for t in threading.enumerate()
-            if t.ident not in self._threads_before and t.name not in PROCESS_WIDE_THREADS
+            if t.ident not in self._threads_before
+            and t.name not in PROCESS_WIDE_THREADS
+            and not isinstance(t, threading._DummyThread)
         ]
         if threads:
             return f"threads {threads} are still running"
