@@ -14,6 +14,7 @@ group, no GPU, no megatron-core.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 
@@ -22,6 +23,7 @@ import torch
 from verl.model_merger.fsdp import _auto_class, checkpoint_folders, export_dtype
 from verl.utils.checkpoint_io import read_error
 from verl.utils.model import save_hf_files
+from verl.workers.engine.lora import ADAPTER_DIR
 
 SHARD_PATTERN = re.compile(r"megatron_rank_(\d+)\.pt$")
 
@@ -36,6 +38,7 @@ def merge_megatron_checkpoint(local_dir: str, target_dir: str, dtype: str = "flo
     torch_dtype = export_dtype(dtype)
     config = AutoConfig.from_pretrained(hf_dir)
     shards, experts = read_shards(local_dir)
+    shards, experts = fold_lora(shards, hf_dir), fold_lora(experts, hf_dir)
     value_head = _value_head(config, shards)
     full = full_megatron_state(shards, config, value_head, experts)
     state = {k: t.to(torch_dtype).contiguous() for k, t in megatron_to_hf(full, config, value_head).items()}
@@ -83,6 +86,33 @@ def read_shards(local_dir: str) -> tuple[Shards, Shards]:
         raise ValueError(f"{local_dir}: the rank files disagree on (tp_size, pp_size): {sorted(sizes)}")
     _check_complete(local_dir, shards, *sizes.pop())
     return shards, experts
+
+
+def fold_lora(shards: Shards, hf_dir: str) -> Shards:
+    """The shards with a LoRA run's adapters folded into their linears: ``W + s B A`` on each
+    tensor-parallel slice (``linear.lora.lora_A`` / ``lora_B`` next to ``linear.weight``, sliced as
+    the engine slices them), ``s`` from the run's ``huggingface/lora_adapter/adapter_config.json``."""
+    suffix = ".lora.lora_A"
+    if not any(k.endswith(suffix) for _, state in shards.values() for k in state):
+        return shards
+    config_path = os.path.join(hf_dir, ADAPTER_DIR, "adapter_config.json")
+    if not os.path.isfile(config_path):
+        raise ValueError(
+            f"the shards hold LoRA adapters but {config_path} (their rank and alpha) is missing: the "
+            "checkpoint is incomplete, cannot fold the adapters in"
+        )
+    with open(config_path) as f:
+        saved = json.load(f)
+    scaling = saved["lora_alpha"] / (saved["r"] ** 0.5 if saved.get("use_rslora") else saved["r"])
+    out = {}
+    for position, (path, state) in shards.items():
+        folded = {k: t for k, t in state.items() if ".lora.lora_" not in k}
+        for key in (k for k in state if k.endswith(suffix)):
+            linear = key.removesuffix(suffix)
+            weight, a, b = state[f"{linear}.weight"], state[key], state[f"{linear}.lora.lora_B"]
+            folded[f"{linear}.weight"] = (weight.float() + scaling * (b.float() @ a.float())).to(weight.dtype)
+        out[position] = (path, folded)
+    return out
 
 
 def _load(path: str) -> dict:

@@ -39,7 +39,7 @@ from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
 from verl.workers.engine.base import TrainEngine
 from verl.workers.engine.factory import build_engine, reads_hf_weights
-from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
+from verl.workers.engine.lora import uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
 from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
 from verl.workers.packing import enable_packing
@@ -127,7 +127,7 @@ class ActorRolloutRefWorker(Worker):
                 freeze_vision_tower(module)
             self.actor = build_engine(
                 actor_cfg.strategy,
-                apply_lora(module, model_cfg) if use_lora else module,
+                module,
                 self.device,
                 actor_cfg.fsdp_config,
                 actor_cfg.megatron,
@@ -135,6 +135,7 @@ class ActorRolloutRefWorker(Worker):
                 optim=actor_cfg.optim,
                 grad_clip=actor_cfg.grad_clip,
                 gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
+                lora=model_cfg if use_lora else None,
             )
             self.param_count = self.actor.parameter_count()
         if self.is_ref and not (use_lora and self.is_actor):  # with LoRA: the actor, adapters off
@@ -482,7 +483,7 @@ class ActorRolloutRefWorker(Worker):
         full = self.actor.full_model_state_dict_on_cpu() if "hf_model" in contents else None
         adapter = None
         if self.actor.lora:
-            adapter = (self.actor.module.peft_config[ADAPTER], self.actor.adapter_state_dict_on_cpu())
+            adapter = (self.actor.adapter_config(), self.actor.adapter_state_dict_on_cpu())
         if self.rank == 0:
             target = os.path.join(folder, "huggingface")
             processor = self.config.model.path  # a vision model's image processor goes with it

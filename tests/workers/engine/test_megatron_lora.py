@@ -24,7 +24,6 @@ from tests.workers.engine.test_megatron_engine import (
     batch,
     build_hf,
     close,
-    optim_config,
     resume,
     tiny_config,
 )
@@ -38,6 +37,17 @@ LORA = SimpleNamespace(
     exclude_modules=None,
     lora_adapter_path=None,
 )
+
+
+def optim_config():
+    """AdamW with ``eps=1e-3``: its first step moves each weight by ``lr * g / (|g| + eps)``, which at
+    the default 1e-8 turns the fp32 rounding of gradients near zero (some of B's after cancellation)
+    into update differences near the tolerance; here the step stays smooth in the gradient, so the
+    comparison checks the gradients (measured: adapters within 1.3e-7 after the step, 7.6e-6 with
+    eps=1e-8), while the largest moves are still ~lr."""
+    from verl.config.engine import OptimConfig
+
+    return OptimConfig(lr=1e-3, weight_decay=0.01, eps=1e-3)
 
 
 def shared_adapters(module) -> None:
@@ -164,7 +174,7 @@ def test_megatron_lora_equals_peft_lora_on_fsdp(runs):
             assert close(tensor, got["adapters_after"][name]) < TOL, name
     # the adapters mattered and moved: the merged weights are not the base, the step changed them
     assert max(close(ref["state"][n], t) for n, t in ref["merged"].items()) > 1e-2
-    assert max(close(ref["adapters"][n], t) for n, t in ref["adapters_after"].items()) > 1e-4
+    assert max(close(ref["adapters"][n], t) for n, t in ref["adapters_after"].items()) > 5e-4
 
 
 def test_only_the_adapters_train_and_start_at_the_base_model(runs):

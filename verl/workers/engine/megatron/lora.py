@@ -238,8 +238,9 @@ def export_adapters(
 
     pairs = _lora_slots(hf_config, settings)
     for slot, full in export_slots(model, [s for pair in pairs for s in pair]):
-        if slot.suffix.endswith("lora_A"):  # a fused layer's HF linears share its A
-            yield from ((name, full) for name in slot.hf)
+        if slot.suffix.endswith("lora_A"):  # a fused layer's HF linears share its A (a copy each:
+            # safetensors refuses tensors that share memory)
+            yield from ((name, full if i == 0 else full.clone()) for i, name in enumerate(slot.hf))
         else:
             yield from zip(slot.hf, _to_hf(slot, full, hf_config))
 
