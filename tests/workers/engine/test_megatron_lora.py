@@ -4,7 +4,9 @@ Same base weights, same adapters (rank 4, alpha 8, all four megatron linears): t
 adapters, with B drawn nonzero and the A of q/k/v (gate/up) shared as megatron's fused linears
 hold one (tied: one parameter), are loaded into the Megatron engine. Log-probs, entropy, loss, gradient norm, and after
 one AdamW step the adapters and the merged weights agree within 1e-5; the base weights do not move;
-the reference (adapters off) is the base model; a save resumes bit for bit. One spawn of 2 ranks."""
+the reference (adapters off) is the base model; a save resumes bit for bit. Tensor parallel 2 (the
+distributed optimizer) and pipeline parallel 2 in turn, in one spawn of 2 ranks; LoRA on a MoE
+model is refused there."""
 
 from __future__ import annotations
 
@@ -103,13 +105,20 @@ def fsdp_reference() -> dict:
     }
 
 
-def lora_engine(state, adapters=None):
+LAYOUTS = {"tp2": (2, 1, True), "pp2": (1, 2, False)}
+"""(tensor, pipeline, distributed optimizer): each runs in the same 2 processes in turn."""
+
+
+def lora_engine(state, adapters=None, layout=LAYOUTS["tp2"], module=None):
     from verl.config.megatron import MegatronConfig
     from verl.workers.engine.megatron.engine import MegatronEngine
     from verl.workers.engine.megatron.lora import LoraSettings
 
-    module = build_hf(tiny_config(False), False, state)
-    megatron = MegatronConfig(tensor_model_parallel_size=2, use_distributed_optimizer=True)
+    tp, pp, distributed = layout
+    module = module or build_hf(tiny_config(False), False, state)
+    megatron = MegatronConfig(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, use_distributed_optimizer=distributed
+    )
     settings = LoraSettings(RANK, ALPHA, ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"))
     engine = MegatronEngine(
         module, torch.device("cpu"), megatron, "test.megatron", optim=optim_config(), lora=settings
@@ -119,10 +128,11 @@ def lora_engine(state, adapters=None):
     return engine
 
 
-def megatron_rank(rank, world, state, adapters, folder):
-    fresh = lora_engine(state)
+def run_layout(state, adapters, layout) -> dict:
+    """The checks of one layout (see the module doc)."""
+    fresh = lora_engine(state, layout=layout)
     fresh_merged = dict(fresh.full_state_dict())
-    engine = lora_engine(state, adapters)
+    engine = lora_engine(state, adapters, layout)
     model = engine._bare_model()
     base = {n: p.detach().clone() for n, p in model.named_parameters() if ".lora." not in n}
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
@@ -130,7 +140,7 @@ def megatron_rank(rank, world, state, adapters, folder):
     micros = batch()
     with engine.disabled_adapter():
         reference = infer(engine, micros)
-    out = {
+    return {
         "fresh_equals_base": all(torch.equal(state[n], t) for n, t in fresh_merged.items()),
         "trainable": trainable,
         "loaded": loaded,
@@ -141,7 +151,31 @@ def megatron_rank(rank, world, state, adapters, folder):
         "adapters_after": dict(engine.adapter_tensors()),
         "base_unchanged": all(torch.equal(base[n], p) for n, p in model.named_parameters() if n in base),
     }
-    out["resume"] = resume(folder, functools.partial(lora_engine, state, adapters))
+
+
+def moe_refusal(layout) -> str:
+    """The error of LoRA on a MoE model (Qwen3-MoE), raised before the model is built."""
+    from tests.workers.engine.test_megatron_moe import build_moe
+    from verl.config.base import ConfigError
+
+    try:
+        lora_engine(None, layout=layout, module=build_moe("qwen3_moe"))
+    except ConfigError as error:
+        return str(error)
+    return "no error"
+
+
+def megatron_rank(rank, world, state, adapters, folder):
+    from megatron.core import parallel_state as ps
+
+    out = {}
+    for name, layout in LAYOUTS.items():
+        out[name] = run_layout(state, adapters, layout)
+        if name == "tp2":
+            out["resume"] = resume(folder, functools.partial(lora_engine, state, adapters, layout))
+        else:
+            out["moe"] = moe_refusal(layout)
+        ps.destroy_model_parallel()
     return out
 
 
@@ -160,9 +194,10 @@ def assert_outs_close(want, have):
             assert close(w[key] * mask, h[key] * mask) < TOL, key
 
 
-def test_megatron_lora_equals_peft_lora_on_fsdp(runs):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_megatron_lora_equals_peft_lora_on_fsdp(runs, layout):
     ref, ranks = runs
-    for got in ranks:
+    for got in (r[layout] for r in ranks):
         assert_outs_close(ref["outs"], got["outs"])
         for key in ("loss", "grad_norm"):
             assert abs(ref["metrics"][key] - got["metrics"][key]) < TOL, (key, ref["metrics"], got["metrics"])
@@ -177,9 +212,10 @@ def test_megatron_lora_equals_peft_lora_on_fsdp(runs):
     assert max(close(ref["adapters"][n], t) for n, t in ref["adapters_after"].items()) > 5e-4
 
 
-def test_only_the_adapters_train_and_start_at_the_base_model(runs):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_only_the_adapters_train_and_start_at_the_base_model(runs, layout):
     ref, ranks = runs
-    for got in ranks:
+    for got in (r[layout] for r in ranks):
         assert got["trainable"] and all(".lora.lora_" in n for n in got["trainable"])
         assert got["base_unchanged"]
         assert got["fresh_equals_base"]  # peft's init: B = 0
@@ -187,9 +223,10 @@ def test_only_the_adapters_train_and_start_at_the_base_model(runs):
             assert torch.equal(tensor, got["loaded"][name]), name
 
 
-def test_the_reference_is_the_base_model(runs):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_reference_is_the_base_model(runs, layout):
     ref, ranks = runs
-    for got in ranks:
+    for got in (r[layout] for r in ranks):
         assert_outs_close(ref["base"], got["reference"])
 
 
@@ -197,6 +234,13 @@ def test_a_saved_lora_engine_resumes_bit_for_bit(runs):
     for got in runs[1]:
         want, have, same = got["resume"]
         assert want == have and same
+
+
+def test_lora_on_a_moe_model_is_refused_naming_the_key(runs):
+    for got in runs[1]:
+        assert got["moe"].startswith("actor_rollout_ref.model.lora_rank: expected 0 for the MoE model"), got[
+            "moe"
+        ]
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ def build_engine(
         settings = None
         if lora is not None:
             targets = megatron_lora_targets(lora.target_modules, f"{lora_key}.target_modules")
-            settings = LoraSettings(lora.lora_rank, lora.lora_alpha, targets)
+            settings = LoraSettings(lora.lora_rank, lora.lora_alpha, targets, lora_key)
         return MegatronEngine(
             module,
             device,

@@ -123,6 +123,10 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
         tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
         ep, etp = expert_sizes(megatron)
         check_parallel(self.hf_config, tp, pp, key=key, ep=ep, etp=etp)
+        if lora is not None:
+            from verl.workers.engine.megatron.lora import check_lora_model
+
+            check_lora_model(self.hf_config, lora)
         self.compute_dtype = dtype
         """The weights' dtype: bf16/fp16 with fp32 master weights in the optimizer, or fp32."""
         config = transformer_config(

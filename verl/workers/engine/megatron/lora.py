@@ -53,6 +53,8 @@ class LoraSettings:
     rank: int
     alpha: float
     targets: tuple[str, ...]
+    key: str = "actor_rollout_ref.model"
+    """The config section the settings come from (named in errors)."""
 
     @property
     def scaling(self) -> float:
@@ -125,15 +127,21 @@ def _new_adapter(linear: nn.Module, target: str, layer: int, settings: LoraSetti
     return adapter
 
 
+def check_lora_model(hf_config, settings: LoraSettings) -> None:
+    """Refuse a model the adapters cannot cover: a MoE model's experts are grouped linears."""
+    from verl.workers.engine.megatron.moe import experts
+
+    if experts(hf_config) is not None:
+        raise ConfigError(
+            f"{settings.key}.lora_rank: expected 0 for the MoE model {hf_config.model_type} with "
+            f"strategy=megatron (LoRA on the experts' grouped linears is not implemented on the Megatron "
+            f"engine; use strategy=fsdp), got {settings.rank}"
+        )
+
+
 def attach_lora(model: nn.Module, settings: LoraSettings, key: str) -> None:
     """Freeze ``model`` and add an adapter to each targeted linear of its decoder layers."""
-    config = model.config
-    if config.num_moe_experts:
-        raise ConfigError(
-            f"{key.removesuffix('.megatron')}.strategy: LoRA on a MoE model is not implemented on the "
-            "Megatron engine (the experts' grouped linears take no adapter yet); use strategy=fsdp"
-        )
-    if config.sequence_parallel:
+    if model.config.sequence_parallel:  # the column-parallel term would see a sequence-split input
         raise ConfigError(f"{key}.sequence_parallel: expected False with LoRA, got True")
     model.requires_grad_(False)
     for layer in model.decoder.layers:
