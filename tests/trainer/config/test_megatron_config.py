@@ -307,9 +307,18 @@ def test_sft_engine_megatron_is_accepted_and_refuses_what_the_engine_lacks():
 
 
 def test_lora_on_megatron_is_accepted_and_refuses_what_the_engine_lacks():
+    from verl.config.megatron import megatron_lora_targets
+
     megatron = "actor_rollout_ref.actor.strategy=megatron"
     config = load_config([megatron, "actor_rollout_ref.model.lora_rank=8"])
     assert config.actor_rollout_ref.model.lora_rank == 8
+    # verl's Megatron LoRA line: the nested section, megatron's names mapped onto the engine's targets
+    nested = [
+        "actor_rollout_ref.model.lora.rank=8",
+        "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_fc2]",
+    ]
+    model = load_config([megatron, *nested]).actor_rollout_ref.model
+    assert megatron_lora_targets(model.target_modules, "k") == ("linear_qkv", "linear_fc2")
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.lora_adapter_path: expected null"):
         load_config([megatron, "actor_rollout_ref.model.lora_adapter_path=/tmp/adapter"])
     with pytest.raises(

@@ -19,6 +19,9 @@ with the stage's hidden states (:class:`StageOutput`), which megatron-core's pip
 the optimizer state in host memory between calls (:mod:`~verl.workers.engine.megatron.offload`):
 each call (``infer``, ``train_step``, ``full_state_dict``, ``save``, ``load``) brings back what it
 uses for its duration.
+
+With LoRA (``lora``) the base weights are frozen before DDP and the optimizer are built and adapters
+train on the decoder layers' linears (:mod:`~verl.workers.engine.megatron.lora`); exports fold them in.
 """
 
 from __future__ import annotations
