@@ -35,11 +35,11 @@ def build_engine(
     lora_key: str = "actor_rollout_ref.model",
 ) -> TrainEngine:
     """``strategy`` fsdp / fsdp2: :class:`~verl.workers.engine.fsdp.FSDPEngine` over ``fsdp``;
-        megatron: :class:`~verl.workers.engine.megatron.engine.MegatronEngine` over ``megatron`` (``key``
-        names that section in errors; its weights in ``megatron.dtype`` on a GPU, ``fsdp.model_dtype`` or
-        fp32 on CPU). ``value_head``: the module is a critic's token classifier. ``lora``: the model section
-    (``lora_key`` names it) whose LoRA keys the engine trains adapters for: peft's on FSDP, megatron-core
-    linears' own on Megatron; None: every weight trains."""
+    megatron: :class:`~verl.workers.engine.megatron.engine.MegatronEngine` over ``megatron`` (``key``
+    names that section in errors; its weights in ``megatron.dtype`` on a GPU, ``fsdp.model_dtype`` or
+    fp32 on CPU). ``value_head``: the module is a critic's token classifier. ``lora``: the model
+    section (``lora_key`` names it) whose LoRA keys the engine trains adapters for: peft's on FSDP,
+    on megatron-core's linears on Megatron; None: every weight trains."""
     from verl.workers.engine.fsdp import FSDPEngine, torch_dtype
 
     if strategy == MEGATRON:

@@ -45,6 +45,7 @@ from verl.workers.engine.megatron.groups import (
     expert_sizes,
     init_model_parallel,
 )
+from verl.workers.engine.megatron.lora import LoraAdapters
 from verl.workers.engine.megatron.offload import Offload
 from verl.workers.engine.megatron.overrides import optimizer_overrides
 from verl.workers.engine.optim import lr_multiplier
@@ -89,7 +90,7 @@ class StageModule(nn.Module):
         return SimpleNamespace(logits=out[:, -logits_to_keep:] if logits_to_keep else out)
 
 
-class MegatronEngine(ShardedCheckpoint, TrainEngine):
+class MegatronEngine(ShardedCheckpoint, LoraAdapters, TrainEngine):
     """Train or run one HF model as megatron-core shards; ``optim=None``: inference only."""
 
     packs_sequences = False
@@ -406,46 +407,6 @@ class MegatronEngine(ShardedCheckpoint, TrainEngine):
 
     def full_model_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
         return {name: tensor.cpu() for name, tensor in self.full_state_dict()}
-
-    # ------------------------------------------------------------------ LoRA
-    def _lora_only(self) -> None:
-        if not self.lora:
-            raise RuntimeError("this engine's model has no LoRA adapter")
-
-    def disabled_adapter(self):
-        """A context in which the model runs without its LoRA adapters (the reference policy)."""
-        from verl.workers.engine.megatron.lora import disabled
-
-        self._lora_only()
-        return disabled(self._bare_model())
-
-    def adapter_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """LoRA: the adapters' full tensors under peft's saved names (what vLLM loads), gathered
-        one at a time; every rank takes part."""
-        from verl.workers.engine.megatron.lora import export_adapters
-
-        self._lora_only()
-        with self.offload.resident():
-            for name, tensor in export_adapters(self._bare_model(), self.hf_config, self.lora_settings):
-                yield name, self.offload.outliving(tensor)
-
-    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
-        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
-
-    def adapter_config(self):
-        """The peft ``LoraConfig`` a saved adapter lists (HF target names)."""
-        self._lora_only()
-        return self.lora_settings.peft_config()
-
-    def load_adapters(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Peft-named adapters (:meth:`adapter_tensors`' names) into this rank's slices."""
-        from verl.workers.engine.megatron.lora import load_adapters
-
-        self._lora_only()
-        with self.offload.resident():
-            load_adapters(self._bare_model(), self.hf_config, self.lora_settings, tensors)
-            if self.optimizer is not None:  # bf16: the optimizer's fp32 copies follow the new values
-                self.optimizer.reload_model_params()
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:

@@ -275,3 +275,42 @@ def load_adapters(model: nn.Module, hf_config, settings: LoraSettings, tensors: 
             params[a_slot.local_name(offset)].copy_(_shard(a_slot, a[0], tp, rank))
             full_b = _to_full(b_slot, [tensors[n] for n in b_slot.hf], hf_config)
             params[b_slot.local_name(offset)].copy_(_shard(b_slot, full_b, tp, rank))
+
+
+class LoraAdapters:
+    """The LoRA methods of :class:`~verl.workers.engine.megatron.engine.MegatronEngine` (a mixin: it
+    reads the engine's ``lora``, ``lora_settings``, ``offload``, ``optimizer``, ``hf_config`` and
+    ``_bare_model()``), named as the FSDP engine's."""
+
+    def _lora_only(self) -> None:
+        if not self.lora:
+            raise RuntimeError("this engine's model has no LoRA adapter")
+
+    def disabled_adapter(self):
+        """A context in which the model runs without its LoRA adapters (the reference policy)."""
+        self._lora_only()
+        return disabled(self._bare_model())
+
+    def adapter_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """LoRA: the adapters' full tensors under peft's saved names (what vLLM loads), gathered
+        one at a time; every rank takes part."""
+        self._lora_only()
+        with self.offload.resident():
+            for name, tensor in export_adapters(self._bare_model(), self.hf_config, self.lora_settings):
+                yield name, self.offload.outliving(tensor)
+
+    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
+
+    def adapter_config(self):
+        """The peft ``LoraConfig`` a saved adapter lists (HF target names)."""
+        self._lora_only()
+        return self.lora_settings.peft_config()
+
+    def load_adapters(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Peft-named adapters (:meth:`adapter_tensors`' names) into this rank's slices."""
+        self._lora_only()
+        with self.offload.resident():
+            load_adapters(self._bare_model(), self.hf_config, self.lora_settings, tensors)
+            if self.optimizer is not None:  # bf16: the optimizer's fp32 copies follow the new values
+                self.optimizer.reload_model_params()
