@@ -6,6 +6,8 @@ same weights as peft folds the saved adapter into the base model."""
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +15,10 @@ import torch
 pytest.importorskip("megatron.core")
 pytest.importorskip("peft")
 
+from tests.example_scripts import REPO
 from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
+from tests.trainer.verl_lines import script_args, swapped
 from verl.config.ppo_trainer import load_config
 
 STEPS = 2
@@ -80,3 +84,40 @@ def test_megatron_lora_grpo_syncs_merged_weights_and_merges_its_checkpoint(tmp_p
     moved = max(float((base[name] - tensor).abs().max()) for name, tensor in merged.items())
     assert moved > 1e-4, moved  # the adapters trained and were folded in
     print(f"megatron lora e2e: probe gaps {gaps}, kl {kl}, merged vs peft {gap:.2e}")
+
+
+VERL_LORA_SCRIPT = REPO / "tests/trainer/config/verl_scripts/megatron_lora/grpo_qwen2_7b_math_lora.sh"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_verls_megatron_lora_line_trains_a_step(builtin_assets, tmp_path, monkeypatch):
+    """verl's run_qwen2-7b_math_megatron_lora.sh (LoRA rank 256, alpha 512, kaiming A, mbridge keys,
+    full recompute) as its script writes it: only the model, data, sizes (TP 4 -> 2 for two CPU ranks)
+    and the rollout (hf) are swapped; its nested ``model.lora.*`` keys become LoRA on the Megatron
+    engine (B at zero: the first step's policy is the base model, the reference) and a GRPO step trains."""
+    from verl.trainer.main_ppo import run_ppo
+
+    monkeypatch.chdir(tmp_path)
+    args = script_args(VERL_LORA_SCRIPT)
+    name = next(a.split("=", 1)[1] for a in args if a.startswith("--config-name")).removesuffix(".yaml")
+    verl_line = "\n".join(a for a in args if not a.startswith("--"))
+    data = str(Path(builtin_assets["train"]).parent)
+    sizes = [
+        *(f"actor_rollout_ref.{role}.megatron.tensor_model_parallel_size=2" for role in ("actor", "ref")),
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    ]
+    overrides = [*swapped(verl_line, builtin_assets["model"], data), *sizes, *SHIM]
+    config = load_config(overrides, config_name=name)
+    model = config.actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, config.actor_rollout_ref.actor.strategy) == (
+        256,
+        512,
+        "megatron",
+    )
+    metrics = run_ppo(config, overrides)
+    assert metrics["training/global_step"] == 1
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+        assert math.isfinite(metrics[key]), (key, metrics.get(key))
+    assert abs(metrics["actor/kl_loss"]) < 1e-6  # B starts at zero: the policy is the base, the reference
