@@ -18,6 +18,7 @@ pytest.importorskip("peft")
 from tests.example_scripts import REPO
 from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from tests.trainer.fit import fit_trainer
+from tests.trainer.test_vllm_learning import needs_vllm
 from tests.trainer.verl_lines import script_args, swapped
 from verl.config.ppo_trainer import load_config
 
@@ -121,3 +122,52 @@ def test_verls_megatron_lora_line_trains_a_step(builtin_assets, tmp_path, monkey
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
         assert math.isfinite(metrics[key]), (key, metrics.get(key))
     assert abs(metrics["actor/kl_loss"]) < 1e-6  # B starts at zero: the policy is the base, the reference
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_megatron_lora_syncs_only_the_adapters_into_vllm_and_the_engine_runs_them(tmp_path, monkeypatch):
+    """The FSDP LoRA example's CPU line on the Megatron engine (TP=2) with vLLM's CPU engine, which
+    serves the adapter: every sync carries the peft-named adapters alone (their bytes, not the
+    model's; q, k and v sharing their layer's A), and the engine's log-probs of its samples equal the
+    trainer's."""
+    from tests.example_scripts import script_command
+    from verl.utils.model import load_causal_lm
+    from verl.workers.engine.lora import apply_lora
+
+    _, overrides = script_command(REPO / "examples/grpo_trainer/run_qwen2.5-0.5b_gsm8k_grpo_lora.sh", "cpu")
+    run = [
+        *SHIM,
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
+        "trainer.cpus_per_worker=1",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=-1",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.logger=[file]",
+        "trainer.project_name=megatron",
+        "trainer.experiment_name=lora_vllm",
+    ]
+    config = load_config([*overrides, *run])
+    assert config.actor_rollout_ref.rollout.name == "vllm" and config.actor_rollout_ref.model.lora_rank > 0
+    monkeypatch.chdir(tmp_path)
+    fit_trainer(config)
+    rows = [json.loads(line) for line in (tmp_path / "logs/megatron/lora_vllm/metrics.jsonl").open()]
+    model = config.actor_rollout_ref.model
+    wrapped = apply_lora(load_causal_lm(model), model)  # peft's adapters for the same targets: the bytes sent
+    adapter_mb = sum(p.numel() * p.element_size() for p in wrapped.parameters() if p.requires_grad) / 1e6
+    model_mb = sum(p.numel() * p.element_size() for p in wrapped.get_base_model().parameters()) / 1e6
+    synced = [row["rollout/weight_sync_mb"] for row in rows if "rollout/weight_sync_mb" in row]
+    probe = [row["rollout/weight_sync_probe_gap"] for row in rows if "rollout/weight_sync_probe_gap" in row]
+    gaps = [
+        row["training/rollout_logprob_diff_max"] for row in rows if "training/rollout_logprob_diff_max" in row
+    ]
+    assert len(probe) == 2 and max(probe) < 1e-3, probe
+    assert len(gaps) == 2 and max(gaps) < 1e-3, gaps
+    assert synced == [pytest.approx(adapter_mb)] * 2 and adapter_mb < 0.5 * model_mb, (synced, adapter_mb)
