@@ -53,7 +53,7 @@ from verl.utils.progress import StepProgress
 from verl.utils.tracking import Tracking
 from verl.workers import ulysses
 from verl.workers.cpu_attention import default_attention
-from verl.workers.engine.lora import ADAPTER, apply_lora, uses_lora
+from verl.workers.engine.lora import apply_lora, uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions, split_micro_batches
 from verl.workers.packing import enable_packing
 from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
@@ -368,7 +368,7 @@ class SFTTrainer:
         full = self.engine.full_model_state_dict_on_cpu() if "hf_model" in contents else None
         adapter = None
         if self.engine.lora:
-            adapter = (self.engine.module.peft_config[ADAPTER], self.engine.adapter_state_dict_on_cpu())
+            adapter = (self.engine.adapter_config(), self.engine.adapter_state_dict_on_cpu())
         if self.rank == 0:
             target = os.path.join(model_dir, "huggingface")
             save_hf_files(

@@ -68,6 +68,11 @@ class TrainEngine(ABC):
         with self.resident(), swapped_parameters(self.module, weights):
             yield
 
+    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
+        """LoRA: the engine's ``adapter_tensors()`` on CPU (every rank takes part), for checkpoints
+        and export."""
+        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
+
     @abstractmethod
     def infer(self, micro_batches: list[MicroBatch], forward_fn: ForwardFn) -> list[dict[str, torch.Tensor]]:
         """``forward_fn`` on each micro-batch under ``torch.no_grad()`` in eval mode."""

@@ -288,10 +288,6 @@ class FSDPEngine(TrainEngine):
         state = get_model_state_dict(self.module, options=options)
         return dict(merged_state_dict(state.items(), lora_scaling(self.module))) if self.lora else state
 
-    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
-        """LoRA: :meth:`adapter_tensors` on CPU (every rank takes part), for checkpoints and export."""
-        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
-
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:
         state = self._dcp_state(contents)

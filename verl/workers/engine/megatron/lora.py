@@ -261,12 +261,12 @@ def load_adapters(model: nn.Module, hf_config, settings: LoraSettings, tensors: 
 
     tp, rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     offset, count = _layer_offset(model), len(model.decoder.layers)
-    params = dict(model.named_parameters())
-    missing = [n for pair in _lora_slots(hf_config, settings) for s in pair for n in s.hf if n not in tensors]
+    params, pairs = dict(model.named_parameters()), _lora_slots(hf_config, settings)
+    missing = [n for pair in pairs for s in pair for n in s.hf if n not in tensors]
     if missing:
         raise KeyError(f"adapter tensors absent: {missing[:4]}")
     with torch.no_grad():
-        for a_slot, b_slot in _lora_slots(hf_config, settings):
+        for a_slot, b_slot in pairs:
             if not offset <= a_slot.layer < offset + count:
                 continue
             a = [tensors[n] for n in a_slot.hf]
@@ -298,9 +298,6 @@ class LoraAdapters:
         with self.offload.resident():
             for name, tensor in export_adapters(self._bare_model(), self.hf_config, self.lora_settings):
                 yield name, self.offload.outliving(tensor)
-
-    def adapter_state_dict_on_cpu(self) -> dict[str, torch.Tensor]:
-        return {name: tensor.cpu() for name, tensor in self.adapter_tensors()}
 
     def adapter_config(self):
         """The peft ``LoraConfig`` a saved adapter lists (HF target names)."""
