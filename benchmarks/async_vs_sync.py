@@ -8,7 +8,10 @@ Both train the embedded default (GRPO, 32 prompts x 8 samples, the tiny model):
 * async: a rollout process (1 thread) generating ahead while a trainer process (1 thread)
   trains, ``max_staleness`` versions apart, with the decoupled PPO loss (TIS cap 2);
 * fully async (``--fully-async T K``): the same pools under verl's fully-async keys, a weight sync
-  every ``K`` updates and ``staleness_threshold=T`` (the fully_async_main preset's bypass loss).
+  every ``K`` updates and ``staleness_threshold=T`` (the fully_async_main preset's bypass loss);
+* with ``--stream`` also fully async on the rollout server (``rollout.mode=async``), once with one
+  request per step batch and once streamed prompt by prompt (``data.gen_batch_size=1``, verl's), where a
+  step trains the prompts that finish first.
 
 Each trains for the same wall-clock budget (after 3 warm-up steps), then runs greedy
 validation. Prints samples/s, steps, validation accuracy of each, and the throughput ratio
@@ -88,6 +91,11 @@ def main() -> None:
         metavar=("THRESHOLD", "SYNC_STEP"),
         help="also run verl's fully-async keys: staleness_threshold and trigger_parameter_sync_step",
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="with --fully-async: also on the rollout server, per step batch and streamed (data.gen_batch_size=1)",
+    )
     args = parser.parse_args()
     common = ["trainer.n_gpus_per_node=1", "data.val_max_samples=200", *args.overrides]
     pools = [
@@ -115,6 +123,9 @@ def main() -> None:
             f"async_training.trigger_parameter_sync_step={sync_step}",
             "async_training.use_rollout_log_probs=True",
         ]
+        if args.stream:
+            runs["server"] = [*runs["fully"], "actor_rollout_ref.rollout.mode=async"]
+            runs["stream"] = [*runs["server"], "data.gen_batch_size=1"]
     results = {name: train_for(overrides, args.seconds) for name, overrides in runs.items()}
     for name, r in results.items():
         print(

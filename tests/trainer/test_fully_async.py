@@ -4,7 +4,8 @@ total_rollout_steps, validation per sync), the errors naming the key, the submis
 own DAPO line on two CPU processes with real vLLM servers, and a run with staleness_threshold=0.5 and
 a sync every 2 updates that learns the default task, never trains a sample beyond the bound, switches
 versions inside responses and trains every generation once and in order; a rollout process killed
-mid-run is replaced and no generation is lost or trained twice."""
+mid-run is replaced and no generation is lost or trained twice; streamed prompt by prompt
+(data.gen_batch_size=1 on servers), a killed server and a crash with resume lose no prompt."""
 
 from __future__ import annotations
 
@@ -198,6 +199,62 @@ def test_a_killed_rollout_process_is_replaced_and_no_generation_is_lost():
     assert trainer.policy_version == steps // 2
 
 
+class KillsTheServerThenCrashes(AsyncPPOTrainer):
+    """SIGKILLs the rollout server's process after step 2 (before the units of the next window are sent to
+    it), then fails at the start of step ``crash_at``, past the checkpoint at ``crash_at - 2`` (the step
+    between is lost, as in a crash)."""
+
+    crash_at = 4
+    last: AsyncPPOTrainer | None = None
+
+    def train_step(self, batch):
+        KillsTheServerThenCrashes.last = self
+        if self.global_steps == self.crash_at:
+            raise RuntimeError("crash")
+        metrics = super().train_step(batch)
+        if self.global_steps == 2:
+            self.killed_pid = self.rollout_wg.pids[0]
+            os.kill(self.killed_pid, signal.SIGKILL)
+        return metrics
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_a_streamed_run_survives_a_killed_server_and_a_crash_and_trains_every_prompt_once(
+    tmp_path, monkeypatch
+):
+    """verl's sample-by-sample streaming (data.gen_batch_size=1 on rollout servers): each step trains the
+    16 one-prompt units that finished first. The server's process SIGKILLed after step 2 is replaced when
+    the requests of the next window fail (the units sent again); a crash after the step-2 checkpoint and a resume from it: each of the run's
+    64 prompts is trained exactly once, none more than one version old."""
+    monkeypatch.chdir(tmp_path)
+    steps = 4
+    overrides = [
+        *SMALL_WINDOWS,
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",  # 16 prompts per step
+        "actor_rollout_ref.rollout.mode=async",
+        "data.gen_batch_size=1",
+    ]
+    config = load_config(overrides, config_name=CONFIG_NAME)
+    prepare_ppo_assets(config)
+    with pytest.raises(RuntimeError, match="crash"):
+        fit_trainer(config, KillsTheServerThenCrashes)
+    crashed = KillsTheServerThenCrashes.last
+    assert crashed.rollout_restarts == 1 and crashed.rollout_wg.pids[0] != crashed.killed_pid
+    units = config.data.train_batch_size  # one prompt each
+    resumed = fit_trainer(load_config(overrides, config_name=CONFIG_NAME), AsyncPPOTrainer)
+    n = config.actor_rollout_ref.rollout.n
+    before = crashed.consumed_generations[: 2 * units]  # steps 1-2, in the checkpoint
+    assert sorted(before + resumed.consumed_generations) == list(range(1, steps * units + 1))
+    assert resumed.global_steps == steps and resumed.stream.submitted == steps * units
+    stale = crashed.staleness_seen[: 2 * units * n] + resumed.staleness_seen
+    assert max(stale) <= 1 and len(stale) == steps * units * n
+
+
 # After the runs on the hf rollout: a run with an engine leaves no worker process for the next one
 # (tests/trainer/test_algorithms_e2e.py), but starts in the two that these left.
 @needs_vllm
@@ -225,6 +282,7 @@ def test_verls_fully_async_dapo_line_trains_two_steps_on_cpu(builtin_assets, tmp
     metrics = run_ppo(config, overrides)
     assert metrics["training/global_step"] == 2
     assert metrics["async/staleness_max"] == 0  # no sync yet: both batches on version 0
+    assert "async/regenerated_samples" in metrics  # the line's data.gen_batch_size=1 streams
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert metrics[key] == metrics[key], key  # finite
 

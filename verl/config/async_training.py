@@ -59,9 +59,9 @@ class AsyncTrainingConfig:
     # ---- verl's fully-async keys (python -m verl.experimental.fully_async_policy.fully_async_main)
     staleness_threshold: float | None = ranged(None, NON_NEGATIVE)
     """verl's fully-async bound: between two weight syncs the rollout may submit (1 + this) x
-    trigger_parameter_sync_step batches, counting those still unconsumed at the sync (whole batches,
-    rounded down); a consumed sample then lags by at most ceil(this) versions, which becomes
-    max_staleness. Null: max_staleness alone decides (one batch per step ahead for each version)."""
+    trigger_parameter_sync_step batches, counting those still unconsumed at the sync (in units of
+    data.gen_batch_size prompts when streaming, else whole batches, rounded down); a consumed sample
+    then lags by at most ceil(this) versions, which becomes max_staleness. Null: max_staleness alone decides (one batch per step ahead for each version)."""
     trigger_parameter_sync_step: int = ranged(1, at_least(1))
     """Actor updates (steps) per weight sync: the rollout gets a new version every this many steps."""
     require_batches: int = ranged(1, at_least(1))
@@ -84,7 +84,7 @@ class AsyncTrainingConfig:
     dynamic_schedule_enable_rebalance: bool = True
     """Knob of verl's dynamic resource scheduling (no effect here)."""
     concurrent_samples_per_replica: int = ranged(16, at_least(1))
-    """verl's cap on requests per rollout replica; here each step's batch is one submission."""
+    """verl's cap on requests per rollout replica; no effect here (the window bounds what is in flight)."""
 
     @property
     def lag_bound(self) -> float:
@@ -96,7 +96,13 @@ class AsyncTrainingConfig:
         """Batches the rollout may have submitted since the last weight sync, counting those still
         unconsumed at it: ``floor((1 + t) x trigger_parameter_sync_step)``. With max_staleness m and one
         step per sync it is m + 1, the trainer.mode=async rule."""
-        return max(1, math.floor((1 + self.lag_bound) * self.trigger_parameter_sync_step + 1e-9))
+        return self.window_units(1)
+
+    def window_units(self, units_per_step: int) -> int:
+        """The same window counted in generation requests of ``units_per_step`` per step (streaming,
+        ``data.gen_batch_size``): ``floor((1 + t) x trigger_parameter_sync_step x units_per_step)``."""
+        k = self.trigger_parameter_sync_step
+        return max(1, math.floor((1 + self.lag_bound) * k * units_per_step + 1e-9))
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
@@ -178,6 +184,37 @@ def convert_async_keys(config: Any) -> list[str]:
     from verl.config.fully_async import convert_fully_async
 
     return _convert_pool(config) + convert_fully_async(config)
+
+
+def units_per_step(config: Any) -> int:
+    """Generation requests per step: ``train_batch_size // gen_batch_size`` when the asynchronous trainer
+    streams (``data.gen_batch_size`` below ``data.train_batch_size``), else 1 (one request per step batch)."""
+    data = config.data
+    if config.trainer.mode != "async" or data.gen_batch_size is None:
+        return 1
+    return max(1, data.train_batch_size // data.gen_batch_size)
+
+
+def check_gen_batch_size(config: Any) -> None:
+    """Streaming (``data.gen_batch_size`` below ``data.train_batch_size``) splits each step batch into
+    equal units and takes them as the servers finish them: the units must divide the batch, and the
+    batched rollout (``rollout.mode=sync``) answers one call at a time, in order."""
+    if units_per_step(config) == 1:
+        return
+    data = config.data
+    check(
+        data.train_batch_size % data.gen_batch_size == 0,
+        "data.gen_batch_size",
+        f"a divisor of data.train_batch_size={data.train_batch_size} (a step trains whole units)",
+        data.gen_batch_size,
+    )
+    check(
+        config.actor_rollout_ref.rollout.mode == "async",
+        "actor_rollout_ref.rollout.mode",
+        f"async with data.gen_batch_size={data.gen_batch_size} below data.train_batch_size (streaming "
+        "requests go to the rollout servers; the batched rollout answers one call at a time)",
+        config.actor_rollout_ref.rollout.mode,
+    )
 
 
 def check_hybrid_engine(config: Any) -> None:

@@ -54,6 +54,11 @@ class DataConfig:
     """Maximum number of generated tokens per response."""
     train_batch_size: int = ranged(1024, POSITIVE)
     """Prompts per training step (before rollout.n responses are sampled for each)."""
+    gen_batch_size: int | None = ranged(None, POSITIVE)
+    """Prompts per generation request of the asynchronous trainer (verl's fully-async ``1``): below
+    train_batch_size (and dividing it) the rollout streams units of this many prompts and a step trains
+    the first ones to finish (needs rollout.mode=async; docs/async.md). Null or train_batch_size: one
+    request per step batch. Elsewhere it has no effect (listed in the start-up log)."""
     val_batch_size: int | None = ranged(None, POSITIVE)
     """Prompts per validation batch; None puts the whole validation set in one batch."""
     return_raw_input_ids: bool = False

@@ -4,8 +4,9 @@ verl's fully-async trainer streams samples from a rollouter on its own pool into
 its trainer takes ``require_batches x ppo_mini_batch_size`` prompts per local update, syncs the
 weights every ``trigger_parameter_sync_step`` updates, and the rollouter may submit
 ``(1 + staleness_threshold) x`` a sync window's prompts per version, counting those still unconsumed
-at the sync. Here the same bound drives the asynchronous trainer's producer in whole step batches
-(:attr:`~verl.config.async_training.AsyncTrainingConfig.window_batches`), so one implementation
+at the sync. Here the same bound drives the asynchronous trainer's producer, in units of
+``data.gen_batch_size`` prompts when it streams (:mod:`verl.trainer.ppo.sample_stream`), else in whole
+step batches (:attr:`~verl.config.async_training.AsyncTrainingConfig.window_batches`), so one implementation
 serves ``trainer.mode=async``, verl's one-step-off entry point and this one. The keys that only
 size verl's run are converted here (each conversion is one note in the start-up log):
 

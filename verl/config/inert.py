@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from verl.config.async_training import units_per_step
 from verl.config.compat import get_key
 from verl.config.distillation import distillation_inert_keys
 from verl.config.fully_async import INERT_KEYS as FULLY_ASYNC_INERT_KEYS
@@ -205,6 +206,8 @@ def inert_keys(config: PPOTrainerConfig, device: str, overrides: list[str]) -> l
         inert.update(SCORE_HEAD_KEYS + JUDGE_INERT_KEYS)
     else:
         inert.add("reward_model.rollout")
+    if units_per_step(config) == 1:  # no streaming: one request per step batch
+        inert.add("data.gen_batch_size")
     model = config.actor_rollout_ref.model
     if model.lora_rank == 0 and not model.lora_adapter_path:
         inert.update(LORA_ONLY_KEYS)

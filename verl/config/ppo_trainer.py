@@ -17,7 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.algorithm import SUM_PI_SQUARED_ESTIMATORS, AlgorithmConfig, RolloutCorrectionConfig
-from verl.config.async_training import AsyncTrainingConfig, RolloutPoolConfig, check_hybrid_engine
+from verl.config.async_training import (
+    AsyncTrainingConfig,
+    RolloutPoolConfig,
+    check_gen_batch_size,
+    check_hybrid_engine,
+)
 from verl.config.base import ConfigError, check, check_ranges
 from verl.config.compat import (
     check_known_keys,
@@ -92,6 +97,7 @@ class PPOTrainerConfig:
                 value.validate(section.name)
         refuse_unsupported(self)
         check_hybrid_engine(self)
+        check_gen_batch_size(self)
         check(
             self.critic.enable is not False or self.algorithm.adv_estimator != "gae",
             "critic.enable",

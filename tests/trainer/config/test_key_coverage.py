@@ -66,6 +66,9 @@ SCHEMA_CHECKED = (
     *FULLY_ASYNC_ONLY,
     "async_training.staleness_threshold",
     "async_training.use_dynamic_resource_scheduling",
+    # read by units_per_step (verl/config/async_training.py), which the async trainer streams by, and
+    # noted inert where it streams nothing (tests/trainer/ppo/test_sample_stream.py)
+    "data.gen_batch_size",
 )
 # Keys that take effect through a property of the schema which the trainer reads (key -> property).
 READ_THROUGH_PROPERTIES = {

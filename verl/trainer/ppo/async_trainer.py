@@ -41,76 +41,25 @@ import logging
 import os
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
-import numpy as np
-import torch
-
+from verl.config.async_training import units_per_step
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.single_controller import WorkerDiedError
 from verl.trainer.ppo import builders
+from verl.trainer.ppo.generations import Finished, InFlight, check_staleness, sample_staleness
 from verl.trainer.ppo.partial_rollout import continuation_prompts, prefix_prompts, stitch
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
+from verl.trainer.ppo.sample_stream import SampleStream, join_units
 from verl.trainer.ppo.teachers import Teachers
 from verl.trainer.ppo.validation import Validator
 from verl.utils.model import eos_token_ids
+from verl.workers.rollout.server_client import RolloutServerError
 from verl.workers.weight_transport import transport_of
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class InFlight:
-    """Generation number ``index`` (the step it trains, in the core loop): its prompts' other
-    columns, the future of the responses, and the data loader's position right after its prompts
-    were drawn."""
-
-    index: int
-    batch: DataProto
-    future: Any
-    loader_state: dict
-    weight_version: int = 0  # the policy version published when it was submitted
-    prompts: DataProto | None = None  # what was sent, to send again after a rollout restart
-    interrupted: bool = False  # a prefix to continue with the next version (partial_rollout_interrupt_at)
-    prefix: DataProto | None = None  # the prefix the future's output continues
-
-
-@dataclass
-class Finished:
-    """The future of a generation that already has its responses (kept in a checkpoint)."""
-
-    output: DataProto
-
-    def get(self, timeout_s: float | None = None) -> DataProto:
-        return self.output
-
-
-def sample_staleness(
-    response_versions: torch.Tensor, current_version: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per sample: staleness ``current_version - oldest token version`` and the version span
-    (newest - oldest token version, > 0 when a weight update landed mid-sequence).
-    ``response_versions`` is ``[B, R]`` with -1 on padding."""
-    valid = response_versions >= 0
-    big = torch.iinfo(response_versions.dtype).max
-    oldest = torch.where(valid, response_versions, big).min(-1).values
-    newest = response_versions.max(-1).values
-    return current_version - oldest, newest - oldest
-
-
-def isolate_rows(uids: np.ndarray, rows: torch.Tensor) -> np.ndarray:
-    """A copy of ``uids`` where each row selected by the bool mask ``rows`` has a uid of its own
-    (``<uid>/dropped-<row>``), so group estimators (grpo, rloo, ...) leave it out of the mean and
-    std of the group it was sampled in. Rows stay in the batch: its size (which the
-    mini-batches and the data-parallel split are sized by) does not change."""
-    isolated = uids.copy()
-    for row in torch.nonzero(rows).flatten().tolist():
-        isolated[row] = f"{uids[row]}/dropped-{row}"
-    return isolated
 
 
 class AsyncPPOTrainer(RayPPOTrainer):
@@ -135,6 +84,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
         )
         cfg = self.async_cfg  # verl's compute_prox_log_prob: the actor keeps the weights of each sync
         self.keeps_proximal = cfg.use_rollout_log_probs and cfg.compute_prox_log_prob
+        units = units_per_step(config)  # > 1: streaming, data.gen_batch_size prompts per request
+        self.stream = None
+        if units > 1:
+            self.stream = SampleStream(units, cfg.window_units(units), self.total_training_steps * units)
 
     def init_workers(self) -> None:
         self.wgs, self.pools = builders.build_async_worker_groups(self.config, self.device)
@@ -158,8 +111,14 @@ class AsyncPPOTrainer(RayPPOTrainer):
         Generation ``g`` is seeded by ``g``; with one draw per step (the core loop) ``g`` is the step
         it trains, none is submitted past the last step, and a sample is at most ``max_staleness``
         versions old when trained. A recipe that draws more per step (``next_draw``) takes the next
-        ones, which are fresher, and more are submitted as needed."""
+        ones, which are fresher, and more are submitted as needed. With streaming (``data.gen_batch_size``
+        below the batch) the units to finish first make the draw instead (:meth:`_streamed`)."""
         prompts = super()._batches()
+        if self.stream is not None:
+            return self._streamed(self.stream.units(prompts))
+        return self._in_order(prompts)
+
+    def _in_order(self, prompts: Iterator[DataProto]) -> Iterator[InFlight]:
         in_flight = self._in_flight  # after a resume, the generations the checkpoint kept come first
         submitted = self.global_steps - 1 + len(in_flight)  # fit() has already counted the step about to run
         while True:
@@ -170,6 +129,49 @@ class AsyncPPOTrainer(RayPPOTrainer):
                 self._window_submitted += 1
                 in_flight.append(self._submit_generation(submitted, next(prompts)))
             yield in_flight.popleft()
+
+    def _streamed(self, units: Iterator[DataProto]) -> Iterator[InFlight]:
+        """Streaming (:mod:`~verl.trainer.ppo.sample_stream`): each draw joins the next
+        ``units_per_step`` units to finish."""
+        for generation in self._in_flight:  # kept by a checkpoint with their responses
+            self.stream.watch(generation)
+        while True:
+            taken: list[tuple[InFlight, DataProto]] = []
+            while len(taken) < self.stream.units_per_step:
+                generation = self._next_unit(units)
+                output = self._responses(generation)
+                if not self._regenerate_if_stale(generation, output):
+                    taken.append((generation, output))
+            yield join_units(self.global_steps, taken)
+
+    def _next_unit(self, units: Iterator[DataProto]) -> InFlight:
+        """Submit units while the window allows, then wait for the first one in flight to finish."""
+        stream, in_flight = self.stream, self._in_flight
+        while stream.may_submit(self._window_submitted, in_flight):
+            stream.submitted += 1
+            self._window_submitted += 1
+            in_flight.append(self._submit_generation(stream.submitted, next(units)))
+            stream.watch(in_flight[-1])
+        return stream.next_finished(in_flight)
+
+    def _regenerate_if_stale(self, generation: InFlight, output: DataProto) -> bool:
+        """A streamed unit that finished beyond max_staleness (it ran across more syncs than the bound
+        allows) is sent again with the current weights; with drop_stale it is masked at the step instead."""
+        staleness, _ = sample_staleness(output.batch["response_versions"], self.policy_version)
+        if self.async_cfg.drop_stale or int(staleness.max()) <= self.async_cfg.max_staleness:
+            return False
+        self._resubmit(generation)
+        self._in_flight.append(generation)
+        self.stream.watch(generation)
+        self.stream.regenerated += len(generation.prompts)
+        return True
+
+    def _resubmit(self, generation: InFlight) -> None:
+        """Send a generation's prompts again (same seeds), with the version published now."""
+        generation.weight_version = self.policy_version
+        if "weight_version" in generation.prompts.meta_info:
+            generation.prompts.meta_info["weight_version"] = self.policy_version
+        generation.future = self.rollout_client.generate_sequences(generation.prompts, blocking=False)
 
     def next_draw(self, draw: int) -> InFlight:
         """A step's further draw is the next generation in flight (seeded by its own index)."""
@@ -228,12 +230,24 @@ class AsyncPPOTrainer(RayPPOTrainer):
         return eos_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
 
     def _wait(self, pending: InFlight) -> DataProto:
-        """What the generation's future holds; a rollout process that died on the way is replaced first."""
+        """What the generation's future holds; a rollout process that died on the way is replaced first
+        (in server mode its requests fail first: the pool is then asked whether a process died)."""
         try:
             return pending.future.get()
-        except WorkerDiedError as error:
-            self._restart_rollout(error, pending)
+        except (WorkerDiedError, RolloutServerError) as error:
+            died = error if isinstance(error, WorkerDiedError) else self._rollout_death()
+            if died is None:  # the server failed the request, its process lives: the error is the request's
+                raise
+            self._restart_rollout(died, pending)
             return pending.future.get()
+
+    def _rollout_death(self) -> WorkerDiedError | None:
+        """The error of a call to the rollout pool if one of its processes is dead, else None."""
+        try:
+            self.rollout_wg.get_version()
+        except WorkerDiedError as error:
+            return error
+        return None
 
     def _restart_rollout(self, error: WorkerDiedError, pending: InFlight | None = None) -> None:
         """Replace the rollout pool's processes, load the current weights, and submit every generation
@@ -264,11 +278,11 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.validator.rollout_client = self.rollout_client
         for generation in again:  # older versions died with the old processes
             generation.weight_version = self.policy_version
-            if "weight_version" in generation.prompts.meta_info:
-                generation.prompts.meta_info["weight_version"] = self.policy_version
         self._publish_weights()
         for generation in again:
-            generation.future = self.rollout_client.generate_sequences(generation.prompts, blocking=False)
+            self._resubmit(generation)
+            if self.stream is not None:
+                self.stream.watch(generation)
 
     # ------------------------------------------------------------------ phases
     def rollout_phase(
@@ -281,37 +295,24 @@ class AsyncPPOTrainer(RayPPOTrainer):
         batch = pending.batch
         metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        self.consumed_generations.append(pending.index)
+        self.consumed_generations.extend(pending.parts or [pending.index])
+        if self.stream is not None:
+            metrics["async/regenerated_samples"] = float(self.stream.regenerated)
         with timed("reward", timing):
             self._compute_reward(batch, metrics)
         metrics.update(self._check_staleness(batch))
         return batch
 
     def _check_staleness(self, batch: DataProto) -> dict[str, float]:
-        staleness, span = sample_staleness(batch.batch["response_versions"], self.policy_version)
-        bound = self.async_cfg.max_staleness
-        stale = staleness > bound
-        if stale.any():
-            if not self.async_cfg.drop_stale:
-                raise RuntimeError(
-                    f"step {self.global_steps}: {int(stale.sum())} samples are {int(staleness.max())} versions "
-                    f"old, beyond async_training.max_staleness={bound} (set async_training.drop_stale=True "
-                    "to mask them out instead)"
-                )
-            batch.batch["response_mask"][stale] = 0  # they count in no loss
-            if "uid" in batch.non_tensor_batch:  # ... and in no group baseline of the rows kept
-                batch.non_tensor_batch["uid"] = isolate_rows(batch.non_tensor_batch["uid"], stale)
+        cfg = self.async_cfg
+        where = f"step {self.global_steps}"
+        staleness, span, metrics = check_staleness(
+            batch, self.policy_version, cfg.max_staleness, cfg.drop_stale, where
+        )
         self.staleness_seen.extend(staleness.tolist())
         self.version_spans_seen.extend(span.tolist())
-        return {
-            "async/staleness_mean": float(staleness.float().mean()),
-            "async/staleness_max": float(staleness.max()),
-            "async/version_span_max": float(span.max()),
-            "async/mid_sequence_update_frac": float((span > 0).float().mean()),
-            "async/dropped_samples": float(stale.sum()),
-            "async/policy_version": float(self.policy_version),
-            "async/rollout_restarts": float(self.rollout_restarts),
-        }
+        metrics["async/rollout_restarts"] = float(self.rollout_restarts)
+        return metrics
 
     def sync_weights(self) -> dict[str, float]:
         """After every ``trigger_parameter_sync_step``-th actor update: publish the next version to the
@@ -376,13 +377,19 @@ class AsyncPPOTrainer(RayPPOTrainer):
         for generation in self._in_flight:
             generation.future = Finished(self._responses(generation))
             generation.prefix = None  # joined in the output kept
+            if self.stream is not None:  # the future it was watched by is replaced
+                self.stream.watch(generation)
         state["in_flight"] = list(self._in_flight)
         state["window_submitted"] = self._window_submitted
+        if self.stream is not None:
+            state["stream"] = self.stream.state_dict()
         return state
 
     def _restore_driver_state(self, state: dict) -> None:
         self._in_flight = deque(state.get("in_flight", []))
         self._window_submitted = state.get("window_submitted", len(self._in_flight))
+        if self.stream is not None:
+            self.stream.load_state_dict(state["stream"])
 
     def _load_checkpoint(self) -> bool:
         resumed = super()._load_checkpoint()  # restores policy_version (saved at a sync: save_freq % k == 0)

@@ -11,6 +11,7 @@ The trainer and the validator hold a ``RolloutClient`` and know nothing of which
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, overload
 
 from verl.protocol import DataProto
@@ -20,6 +21,11 @@ class PendingGeneration(Protocol):
     """A batch being generated; ``get()`` waits for it (with a time-out, or forever)."""
 
     def get(self, timeout_s: float | None = None) -> DataProto: ...
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        """Call ``fn(self)`` once done (server-mode clients: the streaming trainer takes batches as
+        they finish)."""
+        ...
 
 
 class RolloutClient(Protocol):

@@ -16,6 +16,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -120,6 +121,10 @@ class PendingBatch:
 
     def get(self, timeout_s: float | None = None) -> DataProto:
         return self.future.result(timeout=timeout_s)
+
+    def add_done_callback(self, fn: Callable[[PendingBatch], None]) -> None:
+        """Call ``fn(self)`` once the batch is done (at once if it is), with its responses or its error."""
+        self.future.add_done_callback(lambda _: fn(self))
 
 
 # the rollout servers listen on this machine: an http(s)_proxy in the environment must not reroute them
