@@ -7,20 +7,18 @@
 ``role="actor_rollout_ref"`` (or ``"actor_rollout"``) colocates them in one process per
 device: the hybrid engine. After each actor update the driver has the new weights sent to the
 rollout in process (:meth:`update_weights`, a phase of its own, verified by a probe); the
-version counter, owned by the driver, travels with every sample.
+version counter, owned by the driver, travels with every sample. The weight paths live in
+:mod:`verl.workers.weight_sync`, the actor's loss and update sizes in :mod:`verl.workers.actor_update`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from verl.algorithms.actor_loss import compute_actor_loss
-from verl.algorithms.distillation import TEACHER_KEYS, compute_distilled_actor_loss
 from verl.config.actor import ActorRolloutRefConfig
 from verl.config.rollout_backends import rollout_backend
 from verl.protocol import DataProto
@@ -34,49 +32,26 @@ from verl.utils.model import (
     resolve_tokenizer_source,
     save_hf_files,
 )
-from verl.utils.perf import compute_mfu, compute_perf_metrics
 from verl.workers import ulysses
+from verl.workers.actor_update import ACTOR_LOSS_KEYS, ActorLoss, actor_update_spec, update_perf_metrics
 from verl.workers.cpu_attention import default_attention
 from verl.workers.engine.base import TrainEngine
 from verl.workers.engine.factory import build_engine, reads_hf_weights
 from verl.workers.engine.lora import uses_lora
 from verl.workers.engine.micro_batch import restore_order, split_micro_batches
-from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs, whole_sequence_batch
+from verl.workers.forward import POLICY_INPUT_KEYS, EntropyOptions, response_log_probs
 from verl.workers.packing import enable_packing
-from verl.workers.ppo_update import UpdateSpec, prefixed, rows_per_rank, run_ppo_updates
-from verl.workers.rollout import (
-    build_rollout,
-    build_server,
-    engine_dtype,
-    syncs_lora_adapter,
-    verify_weight_sync,
-)
-from verl.workers.rollout.gap import GapSums
-from verl.workers.rollout.probe import Fingerprint, FingerprintSpec, fingerprinted
+from verl.workers.ppo_update import prefixed, run_ppo_updates
+from verl.workers.rollout import build_rollout, build_server
 from verl.workers.rollout.staged import StagedWeights
 from verl.workers.rollout.tp_group import engine_seed
 from verl.workers.rollout.tp_server import build_tp_server
 from verl.workers.vision import freeze_vision_tower
-from verl.workers.weight_transport import IN_PROCESS, Parcel, transport_of, weight_transport
+from verl.workers.weight_sync import WeightSync
+from verl.workers.weight_transport import Parcel
 
 ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
 """The role names verl's workers take: the parts they hold, joined by ``_``."""
-# bf16 on one side or both: SmolLM2-135M's log-probs of real text part by 0.04-0.07 on average between
-# fp32, autocast and pure-bf16 forwards; weights the sync failed to deliver part by whole nats
-LOW_PRECISION_PROBE_TOL = 0.15
-PROBE_TEXT = (  # what the weight-sync probe scores before the first update
-    "Question: Tom has 12 apples and buys 7 more. How many apples does he have now? "
-    "Answer: 12 + 7 = 19. He has 19 apples."
-)
-ACTOR_LOSS_KEYS = [
-    "old_log_probs",
-    "advantages",
-    "response_mask",
-    "ref_log_prob",
-    "rollout_log_probs",
-    "rollout_is_weights",
-    *TEACHER_KEYS,
-]
 
 
 class ActorRolloutRefWorker(Worker):
@@ -100,6 +75,9 @@ class ActorRolloutRefWorker(Worker):
         self.is_actor, self.is_rollout, self.is_ref = "actor" in parts, "rollout" in parts, "ref" in parts
         self.actor = self.ref = self.rollout = None
         self.server = self.front = None  # server mode (rollout.mode=async)
+        self.staged: StagedWeights | None = None
+        self.param_count = 0
+        self.last_sequence: list[int] | None = None  # the weight-sync probe after the first update
         self.version = 0
         self.tokenizer_source = tokenizer or resolve_tokenizer_source(config.model)
 
@@ -147,25 +125,31 @@ class ActorRolloutRefWorker(Worker):
             )
         self._set_rows_group(self.actor or self.ref)
         if self.is_rollout:
-            self.rollout = build_rollout(
-                self.config.rollout,
-                model_cfg,
-                self.tokenizer,
-                self.device,
-                engine_seed(self.config.rollout, self.rank),  # the ranks of one engine share it
-            )
-            self.staged = StagedWeights(self.rollout)
-            if self.config.rollout.mode == "async":
-                name = os.path.basename(os.path.normpath(os.path.expanduser(model_cfg.path)))
-                # a tensor-parallel engine: its first rank fronts the server, the others replay its calls
-                build = build_server if getattr(self.rollout, "tp", None) is None else build_tp_server
-                self.server, self.front = build(self.rollout, self.config.rollout, self.tokenizer, name)
-            if self.is_actor and (
-                self.config.rollout.load_format.startswith("dummy") or model_cfg.lora_adapter_path
-            ):
-                self.update_weights(
-                    0
-                )  # the engine started with other weights (random, or the base without the adapter)
+            self._build_rollout()
+        self.weight_sync = WeightSync(
+            self.config, self.device, self.tokenizer, self.actor, self.param_count, self.engine, self.staged
+        )
+        # the engine started with other weights (random, or the base without the adapter)
+        other_weights = self.config.rollout.load_format.startswith("dummy") or model_cfg.lora_adapter_path
+        if self.is_rollout and self.is_actor and other_weights:
+            self.update_weights(0)
+
+    def _build_rollout(self) -> None:
+        """The rollout engine, the versions staged for it, and in server mode (``rollout.mode=async``)
+        the server in front of it."""
+        self.rollout = build_rollout(
+            self.config.rollout,
+            self.config.model,
+            self.tokenizer,
+            self.device,
+            engine_seed(self.config.rollout, self.rank),  # the ranks of one engine share it
+        )
+        self.staged = StagedWeights(self.rollout)
+        if self.config.rollout.mode == "async":
+            name = os.path.basename(os.path.normpath(os.path.expanduser(self.config.model.path)))
+            # a tensor-parallel engine: its first rank fronts the server, the others replay its calls
+            build = build_server if getattr(self.rollout, "tp", None) is None else build_tp_server
+            self.server, self.front = build(self.rollout, self.config.rollout, self.tokenizer, name)
 
     def _set_rows_group(self, engine) -> None:
         """Ranks that hold the same rows: a Ulysses group, or the engine's model-parallel group
@@ -228,63 +212,11 @@ class ActorRolloutRefWorker(Worker):
         """Push the actor's weights into the colocated rollout as ``version`` (the driver owns the
         counter), then verify that the engine runs them (``rollout.weight_sync_check``): the weights
         read back from the engine must hash as the ones sent, and a probe's log-probs stay close."""
-        cfg = self.config.rollout
-        probe = self._probe_ids()
-        expected = self._actor_sequence_log_probs(probe) if cfg.weight_sync_check else None
-        weights, sent = self._rollout_weights(), None
-        if expected is not None and not syncs_lora_adapter(cfg, self.config.model):
-            sent = (self._fingerprint_spec(version), Fingerprint())
-            weights = fingerprinted(weights, *sent, skip=self._buffer_names())
-        parcel = IN_PROCESS.send(weights, version)
-        self.engine.update_weights(IN_PROCESS.receive(parcel), version)
-        metrics: dict[str, float] = {"rollout/weight_sync_mb": parcel.megabytes}
+        check = self.weight_sync.prepare_check(version, self.last_sequence)
+        metrics = self.weight_sync.push(version, check)
         self.version = version
-        if expected is not None:
-            tol = cfg.weight_sync_check_tol or (1e-3 if self._probe_in_fp32() else LOW_PRECISION_PROBE_TOL)
-            gap = verify_weight_sync(self.engine, probe, expected, tol, version, sent)
-            metrics["rollout/weight_sync_probe_gap"] = gap
+        metrics.update(self.weight_sync.verify(version, check))
         return metrics
-
-    def _fingerprint_spec(self, version: int) -> FingerprintSpec:
-        """What the sync check hashes: the weights in the engine's dtype, columns sampled anew per
-        version within a read-back budget (:mod:`verl.workers.rollout.probe`)."""
-        dtype = engine_dtype(self.config.rollout, self.device.type)
-        return FingerprintSpec.for_model(dtype, self.param_count, version)
-
-    def _buffer_names(self) -> frozenset[str]:
-        """Persistent buffers the actor sends (e.g. rotary tables): engines hold no parameter for them."""
-        return frozenset(name for name, _ in self.actor.module.named_buffers())
-
-    def _rollout_weights(self):
-        """What the rollout loads: the actor's full weights (LoRA adapters merged in), or the
-        adapters alone where the engine serves them (:func:`syncs_lora_adapter`)."""
-        if syncs_lora_adapter(self.config.rollout, self.config.model):
-            return self.actor.adapter_tensors()
-        return self.actor.full_state_dict()
-
-    def _probe_in_fp32(self) -> bool:
-        """Whether both sides of the weight-sync probe compute in fp32 (its tight tolerance)."""
-        rollout_fp32 = engine_dtype(self.config.rollout, self.device.type) == "float32"
-        return rollout_fp32 and self.actor.compute_dtype == torch.float32
-
-    def _probe_ids(self) -> list[int]:
-        """The probe of the weight-sync check: the first sequence of the last update, else
-        :data:`PROBE_TEXT`, else (a tokenizer that makes less than two tokens of it) a fixed
-        pseudo-random sequence. Real text keeps bf16 rounding small: on random tokens a 135M model's
-        bf16 log-probs part from another bf16 engine's by more than on text."""
-        cfg = self.config.rollout
-        longest = min(64, (cfg.max_model_len or cfg.prompt_length + cfg.response_length) - 1)
-        if getattr(self, "last_sequence", None):
-            return self.last_sequence[:longest]
-        text = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:longest]
-        if len(text) >= 2:
-            return text
-        vocab = self.actor.hf_config.vocab_size
-        return torch.randint(0, vocab, (longest,), generator=torch.Generator().manual_seed(0)).tolist()
-
-    def _actor_sequence_log_probs(self, token_ids: list[int]) -> torch.Tensor:
-        micro = whole_sequence_batch(token_ids)
-        return self.actor.infer([micro], lambda m, b: response_log_probs(m, b, 1.0))[0]["log_probs"][0]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_version(self) -> int:
@@ -295,30 +227,27 @@ class ActorRolloutRefWorker(Worker):
     def publish_weights(
         self, version: int, transport: str, weight_dir: str | None = None, proximal: bool = False
     ) -> Parcel | None:
-        """The actor's weights for the rollout as version ``version`` (:meth:`_rollout_weights`; with
-        ``proximal`` the ones kept by ``keep_proximal_weights``), sent by ``transport``
-        (``async_training.weight_transport``; ``weight_dir`` for files): every rank takes part in the
-        gather, rank 0 returns the parcel, the others None."""
+        """The actor's weights for the rollout as version ``version`` (with ``proximal`` the ones kept
+        by ``keep_proximal_weights``), sent by ``transport`` (``async_training.weight_transport``;
+        ``weight_dir`` for files): every rank takes part in the gather, rank 0 returns the parcel,
+        the others None."""
         self.version = version
-        with self.actor.computing_with(self.proximal_weights) if proximal else nullcontext():
-            weights = self._rollout_weights()
-            if self.rank != 0:
-                for _ in weights:  # the gather is collective
-                    pass
-                return None
-            return weight_transport(transport, weight_dir).send(weights, version)
+        return self.weight_sync.publish(version, transport, weight_dir, proximal, self.rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, parcel: Parcel, keep_from: int | None = None) -> None:
         """Published weights. Without ``keep_from`` they replace the old ones as a whole between two
         decoding steps, even mid-generation; with it they are kept by version until a batch asks for
         them (versions older than ``keep_from`` go)."""
-        weights = transport_of(parcel).receive(parcel)
-        if keep_from is None:
-            self.engine.update_weights(weights, parcel.version)
-        else:
-            self.staged.add(dict(weights), parcel.version, keep_from)
+        self.weight_sync.receive(parcel, keep_from)
         self.version = parcel.version
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def keep_proximal_weights(self) -> None:
+        """Keep a copy of this rank's actor parameters as they are now (the weights just published to the
+        rollout): ``compute_log_prob`` uses it for a batch whose ``meta_info["proximal_weights"]`` is
+        set (verl's ``async_training.compute_prox_log_prob``); in host memory under ``param_offload``."""
+        self.weight_sync.keep_proximal()
 
     # ------------------------------------------------------------------ log-probs
     def _entropy_options(self) -> EntropyOptions:
@@ -353,13 +282,6 @@ class ActorRolloutRefWorker(Worker):
         out = DataProto.from_dict({key: restore_order([o[key] for o in outs], groups) for key in outs[0]})
         return dict(ulysses.own_share(out, self.rows_group).batch.items())
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def keep_proximal_weights(self) -> None:
-        """Keep a copy of this rank's actor parameters as they are now (the weights just published to the
-        rollout): ``compute_log_prob`` uses it for a batch whose ``meta_info["proximal_weights"]`` is
-        set (verl's ``async_training.compute_prox_log_prob``); in host memory under ``param_offload``."""
-        self.proximal_weights = self.actor.weights_copy()
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` of the responses under the current actor (and
@@ -376,7 +298,7 @@ class ActorRolloutRefWorker(Worker):
             self.config.actor.calculate_sum_pi_squared,
         )
         if data.meta_info.get("proximal_weights"):
-            with self.actor.computing_with(self.proximal_weights):
+            with self.actor.computing_with(self.weight_sync.proximal_weights):
                 out = self._log_probs(*args)
         else:
             out = self._log_probs(*args)
@@ -412,57 +334,21 @@ class ActorRolloutRefWorker(Worker):
         on_policy = "old_log_probs" not in data.batch.keys()
         entropy = self._entropy_options() if cfg.entropy_coeff != 0 or on_policy else None
         packed = self.config.model.use_remove_padding and self.actor.packs_sequences
-
-        gap = GapSums()  # on-policy: the rollout/trainer gap that the old-log-prob pass would report
-
-        def loss_fn(module, micro):
-            nonlocal gap
-            out = response_log_probs(module, micro, temperature, entropy, packed=packed)
-            if on_policy:
-                micro = {**micro, "old_log_probs": out["log_probs"].detach()}
-                if "rollout_log_probs" in micro:
-                    gap += GapSums.of(micro["rollout_log_probs"], out["log_probs"], micro["response_mask"])
-            if self.distillation is not None:
-                loss, metrics = compute_distilled_actor_loss(out, micro, cfg, self.distillation)
-            else:
-                loss, metrics = compute_actor_loss(out["log_probs"], out.get("entropys"), micro, cfg)
-            # sequence parallel: the group's gradient is split over its ranks, which the engine
-            # averages with every other rank's: scaled by the group size it sums instead
-            return loss * self.sp_size, metrics
-
+        loss_fn = ActorLoss(cfg, self.distillation, temperature, entropy, packed, on_policy, self.sp_size)
         dp_size = self.world_size // self.replicas  # a group holding the same rows is one data-parallel rank
-        spec = UpdateSpec(
-            mini_batch_rows=rows_per_rank(
-                cfg.ppo_mini_batch_size, self.config.rollout.n, dp_size, "ppo_mini_batch_size"
-            ),
-            micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
-            use_dynamic_bsz=cfg.use_dynamic_bsz,
-            max_token_len=cfg.ppo_max_token_len_per_gpu * self.sp_size,
-            epochs=cfg.ppo_epochs,
-            shuffle=cfg.shuffle,
-            replicas=self.replicas,
-        )
+        spec = actor_update_spec(cfg, self.config.rollout.n, dp_size, self.replicas, self.sp_size)
         keys = POLICY_INPUT_KEYS + [k for k in ACTOR_LOSS_KEYS if k in data.batch.keys()]
         start = time.perf_counter()
         data = ulysses.gather_group_batch(data, self.rows_group)
         with ulysses.sequence_parallel(self.sp_group):
             metrics = run_ppo_updates(self.actor, data, keys, spec, loss_fn, self.shuffle_generator)
-        metrics.update(self._perf_metrics(data, time.perf_counter() - start))
-        metrics.update(gap.over_ranks().metrics() if on_policy else {})
+        seconds = time.perf_counter() - start
+        metrics.update(update_perf_metrics(self.actor, data, seconds, self.device, cfg.ppo_epochs))
+        metrics.update(loss_fn.gap.over_ranks().metrics() if on_policy else {})
         metrics["lr"] = self.actor.lr_scheduler_step()
         first = data.batch["attention_mask"][0].bool()
         self.last_sequence = data.batch["input_ids"][0][first].tolist()
         return DataProto(meta_info={"metrics": prefixed(metrics, "actor")})
-
-    def _perf_metrics(self, data: DataProto, seconds: float) -> dict[str, float]:
-        """Memory of this process and the MFU of this rank's update (GPU only; the driver
-        reports rank 0's numbers)."""
-        lengths = data.batch["attention_mask"].sum(-1).tolist()
-        hf_config = self.actor.hf_config
-        metrics = compute_perf_metrics()
-        if hf_config is not None and self.device.type == "cuda":
-            metrics.update(compute_mfu(hf_config, lengths, seconds, 1, self.config.actor.ppo_epochs))
-        return metrics
 
     # ------------------------------------------------------------------ checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
