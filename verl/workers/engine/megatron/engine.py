@@ -22,12 +22,12 @@ uses for its duration.
 
 With LoRA (``lora``) the base weights are frozen before DDP and the optimizer are built and adapters
 train on the decoder layers' linears (:mod:`~verl.workers.engine.megatron.lora`); exports fold them in.
+DDP, the optimizer and its clipped step are in :mod:`~verl.workers.engine.megatron.optimizer`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -46,8 +46,9 @@ from verl.workers.engine.megatron.groups import (
     init_model_parallel,
 )
 from verl.workers.engine.megatron.lora import LoraAdapters
+from verl.workers.engine.megatron.moe import router_losses
 from verl.workers.engine.megatron.offload import Offload
-from verl.workers.engine.megatron.overrides import optimizer_overrides
+from verl.workers.engine.megatron.optimizer import optimizer_step, wrap_for_training
 from verl.workers.engine.optim import lr_multiplier
 
 if TYPE_CHECKING:
@@ -183,7 +184,10 @@ class MegatronEngine(ShardedCheckpoint, LoraAdapters, TrainEngine):
         if optim is None:
             model.requires_grad_(False)
         else:
-            model = self._wrap_for_training(model, config, megatron, optim)
+            model, self.optimizer = wrap_for_training(
+                model, config, megatron, optim, self.compute_dtype, grad_clip, device, key
+            )
+            self._set_lr(optim.lr * lr_multiplier(0, optim))
         self.module = model
         self.lr_step = 0
         self.vocab_group = ps.get_tensor_model_parallel_group() if tp > 1 and not value_head else None
@@ -205,45 +209,6 @@ class MegatronEngine(ShardedCheckpoint, LoraAdapters, TrainEngine):
     def resident(self, optimizer: bool = False):
         """The offloaded weights (and optimizer state with ``optimizer``) on the device for a block."""
         return self.offload.resident(optimizer=optimizer)
-
-    def _wrap_for_training(self, model, config, megatron: MegatronConfig, optim: OptimConfig):
-        from megatron.core.distributed import (
-            DistributedDataParallel,
-            DistributedDataParallelConfig,
-            finalize_model_grads,
-        )
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-
-        ddp = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, use_distributed_optimizer=megatron.use_distributed_optimizer
-        )
-        model = DistributedDataParallel(config=config, ddp_config=ddp, module=model)
-        config.finalize_model_grads_func = finalize_model_grads
-        low = self.compute_dtype in (torch.bfloat16, torch.float16)
-        overrides = optimizer_overrides(
-            optim.override_optimizer_config,
-            self.device,
-            f"{self.key.removesuffix('.megatron')}.optim.override_optimizer_config",
-        )
-        base = dict(
-            optimizer="adam",
-            lr=optim.lr,
-            weight_decay=optim.weight_decay,
-            adam_beta1=optim.betas[0],
-            adam_beta2=optim.betas[1],
-            adam_eps=optim.eps,
-            clip_grad=self.grad_clip,
-            bf16=self.compute_dtype == torch.bfloat16 and low,
-            fp16=self.compute_dtype == torch.float16,
-            params_dtype=self.compute_dtype,
-            use_distributed_optimizer=megatron.use_distributed_optimizer,
-        )
-        opt = OptimizerConfig(**{**base, **overrides})  # verl's overrides apply last
-        # ``{}``: weight decay on every parameter, as the FSDP engine (megatron's default skips biases
-        # and norms); one set of algorithm semantics whichever engine trains
-        self.optimizer = get_megatron_optimizer(opt, [model], config_overrides={})
-        self._set_lr(optim.lr * lr_multiplier(0, optim))
-        return model
 
     def data_parallel_rank(self) -> int:
         from megatron.core import parallel_state as ps
@@ -329,46 +294,12 @@ class MegatronEngine(ShardedCheckpoint, LoraAdapters, TrainEngine):
         for metrics in per_micro:
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
-        sums.update(self._router_losses(count))
-        grad_norm, skipped = self._optimizer_step()
+        sums.update(router_losses(self.config, count))
+        grad_norm, skipped = optimizer_step(self.optimizer, self.grad_clip)
+        if skipped:
+            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", grad_norm)
         sums.update(grad_norm=grad_norm, update_skipped=float(skipped), lr=self.current_lr())
         return sums
-
-    def _router_losses(self, micro_batches: int) -> dict[str, float]:
-        """The MoE router's auxiliary losses of this step (``moe_load_balancing_loss``, ``moe_z_loss``
-        where ``override_transformer_config`` turns them on), per MoE layer and micro-batch, averaged
-        over the data-parallel ranks as megatron-core's trainer logs them. Every rank calls this."""
-        from megatron.core.transformer.moe import moe_utils
-
-        tracker = moe_utils.get_moe_layer_wise_logging_tracker()
-        if not self.config.num_moe_experts or not tracker:
-            return {}
-        moe_utils.reduce_aux_losses_tracker_across_ranks()
-        pattern = self.config.moe_layer_freq  # a MoE family's config lists the MoE layers
-        layers = sum(pattern) if isinstance(pattern, list) else self.config.num_layers
-        out = {
-            f"moe_{name}": float(v["values"].sum()) / (layers * micro_batches) for name, v in tracker.items()
-        }
-        moe_utils.clear_aux_losses_tracker()
-        return out
-
-    def _optimizer_step(self) -> tuple[float, bool]:
-        """Clip to ``grad_clip`` and step, unless the gradient norm is not finite (then skip)."""
-        from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
-
-        parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
-        self.optimizer.prepare_grads()
-        grad_norm = float(self.optimizer.get_grad_norm())
-        if not math.isfinite(grad_norm):
-            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", grad_norm)
-            self.optimizer.zero_grad()
-            return grad_norm, True
-        for part in parts:
-            params = part.get_parameters()
-            if params and self.grad_clip > 0:
-                clip_grad_by_total_norm_fp32(params, max_norm=self.grad_clip, total_norm=grad_norm)
-        self.optimizer.step_with_ready_grads()
-        return grad_norm, False
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -231,7 +231,7 @@ def targeted_slots(all_slots: list, targets: tuple[str, ...]) -> list:
 
 def _lora_slots(hf_config, settings: LoraSettings) -> list[tuple[Any, Any]]:
     from megatron.core import parallel_state as ps
-    from verl.workers.engine.megatron.weights import slots
+    from verl.workers.engine.megatron.layout import slots
 
     tp = ps.get_tensor_model_parallel_world_size()
     return adapter_slots(targeted_slots(slots(hf_config, tp=tp), settings.targets), settings.rank)
@@ -242,7 +242,8 @@ def export_adapters(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """The adapters' full tensors under peft's saved names, the same sequence on every rank (every
     rank of the model-parallel group must consume it: it runs collectives)."""
-    from verl.workers.engine.megatron.weights import _to_hf, export_slots
+    from verl.workers.engine.megatron.layout import _to_hf
+    from verl.workers.engine.megatron.weights import export_slots
 
     pairs = _lora_slots(hf_config, settings)
     for slot, full in export_slots(model, [s for pair in pairs for s in pair]):
@@ -257,7 +258,8 @@ def load_adapters(model: nn.Module, hf_config, settings: LoraSettings, tensors: 
     """Copy peft-named adapters (:func:`export_adapters`' names) into this rank's slices. A fused
     layer's HF linears must share one ``A`` (megatron adapts the fused linear once)."""
     from megatron.core import parallel_state as ps
-    from verl.workers.engine.megatron.weights import _layer_offset, _shard, _to_full
+    from verl.workers.engine.megatron.layout import _shard, _to_full
+    from verl.workers.engine.megatron.weights import _layer_offset
 
     tp, rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     offset, count = _layer_offset(model), len(model.decoder.layers)

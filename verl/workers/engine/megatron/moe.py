@@ -11,6 +11,7 @@ families may keep some layers dense (``mlp_only_layers``, ``decoder_sparse_step`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from verl.config.base import ConfigError
 from verl.workers.engine.megatron.families import family
@@ -124,3 +125,21 @@ def define_missing_te_gemm() -> None:
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+
+
+def router_losses(config: Any, micro_batches: int) -> dict[str, float]:
+    """The MoE router's auxiliary losses of this step (``moe_load_balancing_loss``, ``moe_z_loss``
+    where ``override_transformer_config`` turns them on), per MoE layer and micro-batch, averaged
+    over the data-parallel ranks as megatron-core's trainer logs them; ``config``: the model's
+    transformer config. Every rank calls this."""
+    from megatron.core.transformer.moe import moe_utils
+
+    tracker = moe_utils.get_moe_layer_wise_logging_tracker()
+    if not config.num_moe_experts or not tracker:
+        return {}
+    moe_utils.reduce_aux_losses_tracker_across_ranks()
+    pattern = config.moe_layer_freq  # a MoE family's config lists the MoE layers
+    layers = sum(pattern) if isinstance(pattern, list) else config.num_layers
+    out = {f"moe_{name}": float(v["values"].sum()) / (layers * micro_batches) for name, v in tracker.items()}
+    moe_utils.clear_aux_losses_tracker()
+    return out
