@@ -1,6 +1,7 @@
 """VERL_REUSE_WORKER_PROCESSES=1: a later run in the same driver starts its roles in the worker
-processes of a finished run, gives the same numbers as fresh processes, and never reuses a
-process that its roles left unclean (a thread, a model plugin) or that died meanwhile."""
+processes of a finished run (whatever the shape of either pool), gives the same numbers as fresh
+processes, and never reuses a process that its roles left unclean (a thread, a model plugin) or
+that died meanwhile."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import psutil
 import pytest
 import ray
+import torch
 
 from tests.trainer.test_algorithms_e2e import SHORT
 from verl.config.ppo_trainer import load_config
@@ -73,6 +75,10 @@ def clean_start(ray_session):
 def test_a_later_run_reuses_the_processes_and_gives_the_same_numbers(monkeypatch):
     fresh_pids, fresh = run("1", monkeypatch)
     assert all(psutil.pid_exists(pid) for pid in fresh_pids)  # kept, not killed
+    # in between, one of them serves a pool of another shape, one rank on both CPUs (kept processes
+    # hold none), with that pool's rank, world size and threads
+    other_shape = finished_ranks(ThreadsWorker, [1], cpus=2)
+    assert set(other_shape) < set(fresh_pids) and list(other_shape.values()) == [(0, 1, 2, "2")]
     reused_pids, reused = run("1", monkeypatch)
     assert reused_pids == fresh_pids
     assert reused == fresh and "actor/pg_loss" in fresh
@@ -106,10 +112,27 @@ class CleanWorker(Worker):
         return True
 
 
+class ThreadsWorker(CleanWorker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def place(self) -> tuple[int, int, int, str]:
+        return self.rank, self.world_size, torch.get_num_threads(), os.environ["OMP_NUM_THREADS"]
+
+
 class ConcurrentWorker(CleanWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def thread_name(self) -> str:
         return threading.current_thread().name
+
+
+def finished_ranks(worker_cls: type, process_on_nodes: list[int], cpus: float) -> dict[int, tuple]:
+    """Process id -> (rank, world size, torch threads, OMP_NUM_THREADS) of each rank of a group of
+    ``worker_cls`` after its run ended (group and pool closed)."""
+    pool = RayResourcePool(process_on_nodes, use_gpu=False, name_prefix="shape", cpus_per_process=cpus)
+    group = create_colocated_worker_groups(pool, {"w": RayClassWithInitArgs(worker_cls)})["w"]
+    places = dict(zip(group.pids, group.place()))
+    group.shutdown()
+    pool.release()
+    return places
 
 
 def one_finished_process(worker_cls: type, max_concurrency: int = 1) -> int:

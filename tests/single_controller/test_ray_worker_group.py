@@ -20,6 +20,7 @@ from verl.single_controller.ray import (
     ResourcePoolManager,
     create_colocated_worker_groups,
 )
+from verl.single_controller.ray.resource_pool import REUSE_ENV
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,10 @@ def test_colocated_roles_share_one_process_per_rank(ray_session):
 
 
 @pytest.mark.slow
-def test_split_pools_use_distinct_bundles(ray_session):
+def test_split_pools_use_distinct_bundles(ray_session, monkeypatch):
+    # reuse off (the default): ranks run inside their bundles (with reuse, a CPU rank runs beside its
+    # bundle, holding no CPU itself, so that its process can be kept; test_process_reuse.py)
+    monkeypatch.setenv(REUSE_ENV, "0")
     manager = ResourcePoolManager(
         {"train": [1], "rollout": [1]},
         {"actor": "train", "rollout": "rollout"},

@@ -166,8 +166,8 @@ def _trainer(tmp_path, ranks: int) -> RayPPOTrainer:
         f"trainer.default_local_dir={tmp_path}",
         "trainer.logger=[]",
         f"trainer.n_gpus_per_node={ranks}",
-        # the two CPUs either way: one rank starts in the process the runs above left
-        # (VERL_REUSE_WORKER_PROCESSES, tests/conftest.py), a pool of another shape could not
+        # the two CPUs either way; both layouts start in the processes the runs above left
+        # (VERL_REUSE_WORKER_PROCESSES, tests/conftest.py)
         f"trainer.cpus_per_worker={2 // ranks}",
         "data.train_batch_size=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",

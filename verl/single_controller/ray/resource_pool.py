@@ -6,10 +6,13 @@ placement group per node. ``ResourcePoolManager`` names pools and maps roles to 
 roles mapped to the same pool are colocated; roles on different pools are split.
 
 With ``VERL_REUSE_WORKER_PROCESSES=1`` a driver that runs several trainings one after another (a
-sweep in a notebook, a test session) keeps the worker processes of a finished run, with their
-placement groups, and a later pool of the same shape starts its roles in them: the roles are
-built anew, only the process start-up (Python, torch, imports: seconds per run on a CPU) is
-saved. A process is kept only when its roles left it clean (see ``WorkerHost.release``).
+sweep in a notebook, a test session) keeps the worker processes of a finished CPU run, and a later
+pool of any shape starts its ranks in them (a kept process on the node of each bundle): the roles
+are built anew, only the process start-up (Python, torch, imports: seconds per run on a CPU) is
+saved. A process is kept only when its roles left it clean (see ``WorkerHost.release``). So that a
+kept process holds no CPUs while it waits, the ranks of such a pool run beside its bundles on the
+same nodes (``num_cpus=0``, pinned to the bundle's node) while the bundles reserve the CPUs; GPU
+pools always run their ranks inside their bundles (the GPU a rank sees comes from its bundle).
 """
 
 from __future__ import annotations
@@ -20,23 +23,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 
 __all__ = [
+    "MAX_KEPT_PROCESSES",
     "REUSE_ENV",
+    "KeptProcess",
     "RayResourcePool",
     "ResourcePoolError",
     "ResourcePoolManager",
+    "keep_processes",
     "release_parked_workers",
     "reuse_enabled",
+    "take_kept_process",
 ]
 
 logger = logging.getLogger(__name__)
 
 REUSE_ENV = "VERL_REUSE_WORKER_PROCESSES"
 
-_PARKED: list[tuple[tuple, list[PlacementGroup], Any]] = []
-"""Worker processes kept from finished runs: (pool shape, placement groups, hosts)."""
+MAX_KEPT_PROCESSES = 4
+"""Kept processes at most (the oldest end first): each holds no CPU but its imports' memory."""
+
+
+@dataclass
+class KeptProcess:
+    """A released worker process waiting for a later run (in the Ray session ``job``)."""
+
+    job: str
+    node_id: str
+    max_concurrency: int  # fixed when Ray starts the actor: only a pool asking the same may take it
+    actor: Any
+    pid: int
+
+
+_KEPT: list[KeptProcess] = []
 
 
 def reuse_enabled() -> bool:
@@ -48,20 +74,38 @@ def _ray_job() -> str:
 
 
 def release_parked_workers() -> int:
-    """End the kept worker processes and give their bundles back; how many pools were kept."""
+    """End the kept worker processes; how many there were."""
     _forget_other_sessions()
-    count = len(_PARKED)
-    while _PARKED:
-        _, pgs, hosts = _PARKED.pop()
-        hosts.kill()
-        for pg in pgs:
-            remove_placement_group(pg)
+    count = len(_KEPT)
+    while _KEPT:
+        ray.kill(_KEPT.pop().actor, no_restart=True)
     return count
+
+
+def keep_processes(actors: list[Any], pids: list[int], node_ids: list[str], max_concurrency: int) -> None:
+    """Keep released host actors for a later pool; past :data:`MAX_KEPT_PROCESSES` the oldest end."""
+    _forget_other_sessions()
+    job = _ray_job()
+    # newest first is taken first: in reverse, so that a pool of the same shape gets each rank's process back
+    kept = [KeptProcess(job, n, max_concurrency, a, p) for a, p, n in zip(actors, pids, node_ids)]
+    _KEPT.extend(reversed(kept))
+    while len(_KEPT) > MAX_KEPT_PROCESSES:
+        ray.kill(_KEPT.pop(0).actor, no_restart=True)
+    logger.info("%d worker processes kept for the next run", len(actors))
+
+
+def take_kept_process(node_id: str, max_concurrency: int) -> KeptProcess | None:
+    """A kept process on ``node_id`` started with ``max_concurrency`` (the newest), or None."""
+    _forget_other_sessions()
+    for i in reversed(range(len(_KEPT))):
+        if _KEPT[i].node_id == node_id and _KEPT[i].max_concurrency == max_concurrency:
+            return _KEPT.pop(i)
+    return None
 
 
 def _forget_other_sessions() -> None:
     """Kept processes belong to one Ray session; after ``ray.shutdown()`` they are gone already."""
-    _PARKED[:] = [entry for entry in _PARKED if entry[0][0] == _ray_job()]
+    _KEPT[:] = [kept for kept in _KEPT if kept.job == _ray_job()]
 
 
 class ResourcePoolError(RuntimeError):
@@ -98,7 +142,6 @@ class RayResourcePool:
         self.cpus_per_process = cpus_per_process
         self.size_key = size_key
         self._pgs: list[PlacementGroup] | None = None
-        self._warm_hosts: Any = None  # kept processes this pool's first worker group starts in
 
     @property
     def world_size(self) -> int:
@@ -112,10 +155,7 @@ class RayResourcePool:
 
     def placement_groups(self, timeout_s: float = 120.0) -> list[PlacementGroup]:
         """Create (once) and wait for this pool's placement groups, one per node."""
-        if self._pgs is None and reuse_enabled():
-            self._take_parked()
         if self._pgs is None:
-            release_parked_workers()  # their bundles may be the ones this pool needs
             self._check_cluster_can_fit()
             strategy = "STRICT_PACK" if len(self.process_on_nodes) > 1 else "PACK"
             self._pgs = [
@@ -140,49 +180,22 @@ class RayResourcePool:
         """``(placement_group, bundle_index)`` for each global rank, in rank order."""
         return [(pg, i) for pg, n in zip(self.placement_groups(), self.process_on_nodes) for i in range(n)]
 
+    def bundle_nodes(self) -> list[str]:
+        """The node id of each global rank's bundle, in rank order."""
+        tables = [placement_group_table(pg)["bundles_to_node_id"] for pg in self.placement_groups()]
+        return [tables[i][b] for i, n in enumerate(self.process_on_nodes) for b in range(n)]
+
     def release(self) -> None:
         """Remove the placement groups (their bundles go back to the cluster)."""
-        if self._warm_hosts is not None:
-            self._warm_hosts.kill()
-            self._warm_hosts = None
         for pg in self._pgs or []:
             remove_placement_group(pg)
         self._pgs = None
 
     # ------------------------------------------------------------------ process reuse
-    def shape(self) -> tuple:
-        """What a kept process must match to host this pool's ranks (in this Ray session)."""
-        return (
-            _ray_job(),
-            tuple(self.process_on_nodes),
-            self.use_gpu,
-            self.cpus_per_process,
-            self.max_colocate_count,
-        )
-
-    def can_park(self) -> bool:
-        """Whether this pool's processes may be kept for a later run (one group per bundle)."""
-        return reuse_enabled() and self._pgs is not None and self.max_colocate_count == 1
-
-    def park(self, hosts: Any) -> None:
-        """Keep ``hosts`` (released, alive) and this pool's placement groups for a later pool of the
-        same shape; this pool no longer owns them."""
-        _PARKED.append((self.shape(), self._pgs, hosts))
-        self._pgs = None
-        logger.info("pool %r: %d worker processes kept for the next run", self.name_prefix, self.world_size)
-
-    def take_warm_hosts(self) -> Any:
-        """Kept processes this pool took over (once), or None."""
-        hosts, self._warm_hosts = self._warm_hosts, None
-        return hosts
-
-    def _take_parked(self) -> None:
-        _forget_other_sessions()
-        for i, (shape, pgs, hosts) in enumerate(_PARKED):
-            if shape == self.shape():
-                del _PARKED[i]
-                self._pgs, self._warm_hosts = pgs, hosts
-                return
+    def keeps_processes(self) -> bool:
+        """Whether this pool's ranks run beside its bundles, so that their processes may outlive the
+        pool and be kept for a later run (``VERL_REUSE_WORKER_PROCESSES=1``, CPU pools)."""
+        return reuse_enabled() and not self.use_gpu
 
     def _check_cluster_can_fit(self) -> None:
         total = ray.cluster_resources()

@@ -18,9 +18,15 @@ from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from verl.single_controller.ray.resource_pool import RayResourcePool
+from verl.single_controller.ray.resource_pool import (
+    RayResourcePool,
+    keep_processes,
+    release_parked_workers,
+    reuse_enabled,
+    take_kept_process,
+)
 from verl.single_controller.worker import find_free_port, node_ip_address
 from verl.single_controller.worker_group import (
     WorkerDiedError,
@@ -59,21 +65,25 @@ class RayClassWithInitArgs:
 
 
 class WorkerHost:
-    """The process of one rank: sets the rank's environment, then builds and serves its roles."""
+    """The process of one rank: sets the rank's environment, then builds and serves its roles (a
+    kept process serves the ranks of several runs one after another, see ``release``)."""
 
-    def __init__(self, env: dict[str, str], num_threads: int) -> None:
-        os.environ.update(env)
+    def __init__(self) -> None:
         stacks.arm()  # a time-out anywhere can then show where this process is stuck
-        import torch
-
-        torch.set_num_threads(max(1, num_threads))
         self._workers: dict[str, Any] = {}
 
     def node_info(self) -> tuple[str, int]:
         return node_ip_address(), find_free_port()
 
-    def setup(self, env: dict[str, str], roles: dict[str, RayClassWithInitArgs]) -> tuple[int, str]:
+    def setup(
+        self, env: dict[str, str], num_threads: int, roles: dict[str, RayClassWithInitArgs]
+    ) -> tuple[int, str]:
+        """Take this run's rank (``env``: RANK, WORLD_SIZE, MASTER_ADDR, ...) and CPU share, then
+        build its roles; the process id and node id."""
         os.environ.update(env)
+        import torch
+
+        torch.set_num_threads(max(1, num_threads))
         self._threads_before = {t.ident for t in threading.enumerate()}
         for role, spec in roles.items():
             self._workers[role] = spec.instantiate()
@@ -133,13 +143,13 @@ class _Hosts:
         self,
         actors: list[Any],
         processes: list[tuple[int, str]],
-        pool: RayResourcePool | None = None,
+        keepable: bool = False,
         max_concurrency: int = 1,
     ) -> None:
         self.actors = actors
         self.pids = [pid for pid, _ in processes]
         self.node_ids = [node for _, node in processes]
-        self.pool = pool
+        self.keepable = keepable  # the processes run outside their pool's bundles (may outlive it)
         self.max_concurrency = max_concurrency
         self.alive = True
         self.last_call: dict[int, Any] = {}  # rank -> its latest call (each rank runs calls in order)
@@ -156,14 +166,13 @@ class _Hosts:
         released its roles cleanly (``VERL_REUSE_WORKER_PROCESSES=1``)."""
         if not self.alive:
             return
-        if self.pool is not None and self.pool.can_park() and self._idle():
+        if self.keepable and reuse_enabled() and self._idle():
             try:
                 reasons = ray.get([a.release.remote() for a in self.actors], timeout=RELEASE_TIMEOUT_S)
             except Exception as error:  # a dead or stuck rank: nothing to keep
                 reasons = [f"release failed ({_first_line(error)})"]
-            if not any(reasons):  # the pool keeps them; this group is done with them
-                processes = list(zip(self.pids, self.node_ids))
-                self.pool.park(_Hosts(self.actors, processes, max_concurrency=self.max_concurrency))
+            if not any(reasons):  # kept for a later run; this group is done with them
+                keep_processes(self.actors, self.pids, self.node_ids, self.max_concurrency)
                 self.alive = False
                 return
             logger.info("worker processes not kept: %s", "; ".join(r for r in reasons if r))
@@ -310,79 +319,125 @@ def create_colocated_worker_groups(
 ) -> dict[str, RayWorkerGroup]:
     """Start one process per bundle of ``resource_pool`` holding every role of ``class_dict``.
 
-    Returns one worker group per role; all of them drive the same processes.
+    Returns one worker group per role; all of them drive the same processes. With
+    ``VERL_REUSE_WORKER_PROCESSES=1`` a CPU pool's ranks start in processes a finished run left
+    (any pool shape), where there are some.
     """
-    resource_pool.placement_groups()  # takes kept processes of the same shape, if there are any
-    warm = resource_pool.take_warm_hosts()
-    if warm is not None and warm.max_concurrency != max_concurrency:
-        warm.kill()
-        warm = None
-    if warm is not None:
-        try:
-            actors, processes = warm.actors, _set_up(warm.actors, class_dict, setup_timeout_s)
-        except WorkerDiedError:  # a kept process died since: start new ones
-            warm.kill()
-            warm = None
-        except BaseException:
-            warm.kill()
+    keepable = resource_pool.keeps_processes()
+    actors, kept = _start_hosts(resource_pool, max_concurrency, keepable, take_kept=True)
+    try:
+        processes = _set_up(actors, resource_pool, keepable, class_dict, setup_timeout_s)
+    except WorkerDiedError:
+        _Hosts(actors, []).kill()
+        if not kept:
             raise
-    if warm is None:
-        actors = _start_hosts(resource_pool, max_concurrency)
-        processes = _set_up_or_kill(actors, class_dict, setup_timeout_s)
-    hosts = _Hosts(actors, processes, resource_pool, max_concurrency)
+        # a kept process died since: start new ones
+        actors, kept = _start_hosts(resource_pool, max_concurrency, keepable, take_kept=False)
+        processes = _set_up_or_kill(actors, resource_pool, keepable, class_dict, setup_timeout_s)
+    except BaseException:  # no group holds these processes yet: nothing else would end them
+        _Hosts(actors, []).kill()
+        raise
+    hosts = _Hosts(actors, processes, keepable, max_concurrency)
     placement = ", ".join(f"rank {r}: node {node[:12]} pid {pid}" for r, (pid, node) in enumerate(processes))
-    logger.info("roles %s placed%s: %s", "+".join(class_dict), " (kept processes)" * bool(warm), placement)
+    reused = f" ({kept} kept processes)" if kept else ""
+    logger.info("roles %s placed%s: %s", "+".join(class_dict), reused, placement)
     return {
         role: RayWorkerGroup(role=role, call_timeout_s=call_timeout_s, _hosts=hosts, _worker_cls=spec.cls)
         for role, spec in class_dict.items()
     }
 
 
-def _start_hosts(resource_pool: RayResourcePool, max_concurrency: int) -> list[Any]:
-    """One new host actor per bundle of the pool, in rank order."""
+def _start_hosts(
+    resource_pool: RayResourcePool, max_concurrency: int, keepable: bool, take_kept: bool
+) -> tuple[list[Any], int]:
+    """One host actor per bundle of the pool, in rank order, and how many of them are kept processes.
+
+    A rank runs in its bundle, or, ``keepable``, beside it on its node (holding no CPU itself, so
+    that it can outlive the pool), in a kept process where one is waiting there."""
     slots = resource_pool.bundle_slots()
-    world_size = len(slots)
+    if not reuse_enabled():
+        release_parked_workers()  # reuse was turned off: nothing will take them any more
+    nodes = resource_pool.bundle_nodes() if keepable else []
     share = 1.0 / resource_pool.max_colocate_count
-    device = "cuda" if resource_pool.use_gpu else "cpu"
-    local_ranks = [i for n in resource_pool.process_on_nodes for i in range(n)]
-    actors = []
+    actors, kept = [], 0
     for rank, (pg, bundle_index) in enumerate(slots):
+        if keepable:
+            waiting = take_kept_process(nodes[rank], max_concurrency) if take_kept else None
+            if waiting is not None:
+                actors.append(waiting.actor)
+                kept += 1
+                continue
+            options: dict[str, Any] = {
+                "num_cpus": 0,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[rank], soft=False),
+            }
+        else:
+            options = {
+                "num_cpus": resource_pool.cpus_per_process * share,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=bundle_index
+                ),
+            }
+            if resource_pool.use_gpu:
+                options["num_gpus"] = share
+        actors.append(
+            ray.remote(WorkerHost).options(**options, max_concurrency=max_concurrency, name=None).remote()
+        )
+    return actors, kept
+
+
+def _rank_envs(resource_pool: RayResourcePool, keepable: bool) -> list[dict[str, str]]:
+    """Each rank's place in the group, as environment variables (see ``verl.single_controller.worker``)."""
+    world_size = resource_pool.world_size
+    local_ranks = [i for n in resource_pool.process_on_nodes for i in range(n)]
+    device = "cuda" if resource_pool.use_gpu else "cpu"
+    envs = []
+    for rank in range(world_size):
         env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_ranks[rank])}
         env["VERL_DEVICE"] = device
-        options: dict[str, Any] = {
-            "num_cpus": resource_pool.cpus_per_process * share,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=bundle_index
-            ),
-            "max_concurrency": max_concurrency,
-            "name": None,
-        }
-        if resource_pool.use_gpu:
-            options["num_gpus"] = share
-        threads = max(1, int(resource_pool.cpus_per_process * share))
-        actors.append(ray.remote(WorkerHost).options(**options).remote(env, threads))
-    return actors
+        if keepable and "OMP_NUM_THREADS" not in os.environ:
+            # what Ray sets for an actor of this many CPUs (the rank holds none itself: see _start_hosts)
+            env["OMP_NUM_THREADS"] = str(_threads(resource_pool))
+        envs.append(env)
+    return envs
+
+
+def _threads(resource_pool: RayResourcePool) -> int:
+    return max(1, int(resource_pool.cpus_per_process / resource_pool.max_colocate_count))
 
 
 def _set_up_or_kill(
-    actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float
+    actors: list[Any],
+    resource_pool: RayResourcePool,
+    keepable: bool,
+    class_dict: dict[str, RayClassWithInitArgs],
+    timeout_s: float,
 ) -> list[tuple[int, str]]:
     try:
-        return _set_up(actors, class_dict, timeout_s)
+        return _set_up(actors, resource_pool, keepable, class_dict, timeout_s)
     except BaseException:  # no group holds these processes yet: nothing else would end them
         _Hosts(actors, []).kill()
         raise
 
 
 def _set_up(
-    actors: list[Any], class_dict: dict[str, RayClassWithInitArgs], timeout_s: float
+    actors: list[Any],
+    resource_pool: RayResourcePool,
+    keepable: bool,
+    class_dict: dict[str, RayClassWithInitArgs],
+    timeout_s: float,
 ) -> list[tuple[int, str]]:
-    """Give the host actors the rendezvous address and build their roles; their (process id, node id)."""
+    """Give the host actors their ranks and the rendezvous address and build their roles; their
+    (process id, node id)."""
     master_addr, master_port = _get_or_die(
         actors[0].node_info.remote(), "node_info", 0, class_dict, timeout_s
     )
-    env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
-    setups = [actor.setup.remote(env, class_dict) for actor in actors]
+    rendezvous = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+    threads = _threads(resource_pool)
+    setups = [
+        actor.setup.remote({**env, **rendezvous}, threads, class_dict)
+        for actor, env in zip(actors, _rank_envs(resource_pool, keepable))
+    ]
     return [_get_or_die(ref, "__init__", rank, class_dict, timeout_s) for rank, ref in enumerate(setups)]
 
 
