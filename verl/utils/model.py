@@ -1,4 +1,5 @@
-"""Loading tokenizers, policy models and value models from a Hugging Face directory.
+"""Loading tokenizers, policy models and value models from a Hugging Face directory (writing one:
+:mod:`verl.utils.hf_files`).
 
 A path that is not a usable model directory fails before ``transformers`` sees it, with a message
 that names the path: a local path that does not exist, a directory without ``config.json`` or
@@ -10,7 +11,6 @@ is passed on as a hub id.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from torch import nn
 
 from verl.utils.checkpoint_io import find_unreadable_safetensors, read_error
 from verl.utils.errors import UserInputError
+from verl.utils.hf_files import save_hf_files as save_hf_files  # its old home
 from verl.utils.weightless import real_head, weightless
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "org/name"
@@ -371,66 +372,3 @@ def eos_token_ids(tokenizer, model_path: str | None = None) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     return ids
-
-
-PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
-"""What a vision-language model's folder holds besides its weights, config and tokenizer."""
-
-
-def save_hf_files(
-    module: nn.Module,
-    tokenizer,
-    target: str,
-    state_dict: dict | None = None,
-    adapter: tuple[Any, dict[str, torch.Tensor]] | None = None,
-    architecture: str | None = None,
-    processor_from: str | None = None,
-) -> None:
-    """``target``: the model's config, generation config and tokenizer, plus its weights as
-    safetensors when ``state_dict`` (full, on CPU) is given, plus ``lora_adapter/`` (peft's
-    ``adapter_config.json`` and ``adapter_model.safetensors``) when ``adapter`` = (peft config,
-    adapter tensors) is given; ``architecture`` replaces the class named in ``config.json`` (one
-    with the same weight names), plus the image processor's files of ``processor_from`` (a
-    vision-language model's folder). Written to a temporary sibling and renamed into place, so a
-    reader never sees half a directory."""
-    import shutil
-    import tempfile
-
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".hf-")
-    try:
-        if state_dict is not None:
-            module.save_pretrained(tmp, state_dict=state_dict)
-        else:
-            module.config.save_pretrained(tmp)
-            if getattr(module, "generation_config", None) is not None:
-                module.generation_config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for name in PROCESSOR_FILES if processor_from else ():
-            source = os.path.join(os.path.expanduser(processor_from), name)
-            if os.path.isfile(source):
-                shutil.copyfile(source, os.path.join(tmp, name))
-        if architecture is not None:
-            config_file = os.path.join(tmp, "config.json")
-            with open(config_file) as f:
-                saved = json.load(f)
-            saved["architectures"] = [architecture]
-            with open(config_file, "w") as f:
-                json.dump(saved, f, indent=2, sort_keys=True)
-        if adapter is not None:
-            from safetensors.torch import save_file
-
-            peft_config, tensors = adapter
-            adapter_dir = os.path.join(tmp, "lora_adapter")
-            peft_config.save_pretrained(adapter_dir)
-            save_file(
-                {k: v.contiguous() for k, v in tensors.items()},
-                os.path.join(adapter_dir, "adapter_model.safetensors"),
-            )
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
