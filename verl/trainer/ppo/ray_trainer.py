@@ -21,19 +21,15 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-from verl.algorithms.adv_registry import ADV_ESTIMATOR_REGISTRY
 from verl.algorithms.advantages import compute_advantage
 from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
-from verl.single_controller import WorkerGroupError
 from verl.trainer.ppo import builders, checkpoint, generation_dump
 from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.trainer.ppo.metric_utils import (
@@ -41,6 +37,8 @@ from verl.trainer.ppo.metric_utils import (
     compute_throughput_metrics,
     compute_timing_metrics,
 )
+from verl.trainer.ppo.old_log_probs import rollout_trainer_gap, update_is_on_policy
+from verl.trainer.ppo.phases import PHASES, timed
 from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.reward_model import ModelScoredReward
 from verl.trainer.ppo.teachers import Teachers
@@ -49,66 +47,9 @@ from verl.trainer.ppo.watchdog import StepWatchdog
 from verl.utils.progress import StepProgress
 from verl.workers.engine.micro_batch import equal_size_partitions
 from verl.workers.rollout.client import RolloutClient
-from verl.workers.rollout.gap import GapSums
 from verl.workers.vision import image_columns
 
 logger = logging.getLogger(__name__)
-
-
-def rollout_trainer_gap(
-    rollout_lp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor
-) -> dict[str, float]:
-    """How far the rollout engine's log-probs of the sampled tokens are from the trainer's, under
-    verl's names: probabilities (``training/rollout_probs_diff_*``) and log-probs. When the update
-    takes ``old_log_probs`` from its own forward (on-policy), the update reports them instead."""
-    return GapSums.of(rollout_lp, old_lp, mask).metrics()
-
-
-@contextmanager
-def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """Time a phase under ``timing_s/<name>``; a worker failure inside it names the phase (and so
-    does the step watchdog's report, through :data:`PHASES`)."""
-    start = time.perf_counter()
-    PHASES.append(name)
-    try:
-        yield
-    except WorkerGroupError as error:
-        if not any(note.startswith("(in phase") for note in getattr(error, "__notes__", [])):
-            error.add_note(f"(in phase {name!r})")  # the innermost phase names it
-        raise
-    finally:
-        PHASES.pop()
-    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
-
-
-PHASES: list[str] = []
-"""The driver's phases being timed now, outermost first."""
-
-
-ESTIMATORS_READING_OLD_LOG_PROBS = ("optimal_token_baseline", "tir_optimal_token_baseline")
-
-
-def update_is_on_policy(config: PPOTrainerConfig) -> bool:
-    """True when the actor's update provably starts from the policy that generated the batch and
-    only the loss reads ``old_log_probs``: then the update takes them from its own forward
-    (``log_prob.detach()``, a ratio of exactly 1) and the separate forward is skipped
-    (``trainer.skip_on_policy_old_log_prob``). Estimators registered outside this package might
-    read them, so those keep the pass."""
-    actor, algo = config.actor_rollout_ref.actor, config.algorithm
-    estimator = ADV_ESTIMATOR_REGISTRY.get(algo.adv_estimator)
-    return (
-        config.trainer.skip_on_policy_old_log_prob
-        and config.trainer.mode == "sync"
-        and actor.ppo_epochs == 1
-        and actor.ppo_mini_batch_size >= config.data.train_batch_size  # one optimizer step per batch
-        and not algo.use_kl_in_reward  # the in-reward KL reads them before the update
-        and algo.rollout_correction.rollout_is is None
-        and algo.rollout_correction.rollout_rs is None
-        and not actor.calculate_sum_pi_squared
-        and estimator is not None
-        and estimator.__module__.startswith("verl.algorithms.")
-        and algo.adv_estimator not in ESTIMATORS_READING_OLD_LOG_PROBS
-    )
 
 
 class RayPPOTrainer:
