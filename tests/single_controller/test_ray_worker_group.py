@@ -121,6 +121,31 @@ def test_colocated_roles_share_one_process_per_rank(ray_session):
         pool.release()
 
 
+def test_pool_larger_than_cluster_is_a_clear_error(ray_session):
+    pool = RayResourcePool([64], use_gpu=False, name_prefix="huge")
+    with pytest.raises(ResourcePoolError, match="needs 64 CPUs"):
+        RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker))
+
+
+# after the colocation test: its ranks start in the processes that one kept (VERL_REUSE_WORKER_PROCESSES)
+def test_killed_worker_is_a_clear_error_within_30s(ray_session):
+    pool = RayResourcePool([2], use_gpu=False, name_prefix="kill", cpus_per_process=0.5)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker), role="actor_rollout")
+    try:
+        start = time.monotonic()
+        with pytest.raises(
+            WorkerDiedError,
+            match=r"role 'actor_rollout' rank 1 \(node \w+, pid \d+\): worker process died during exit_on_rank",
+        ):
+            wg.exit_on_rank(1)
+        assert time.monotonic() - start < 30
+    finally:
+        wg.shutdown()
+        pool.release()
+    with pytest.raises(WorkerDiedError, match="shut down"):
+        wg.whoami()
+
+
 @pytest.mark.slow
 def test_split_pools_use_distinct_bundles(ray_session, monkeypatch):
     # reuse off (the default): ranks run inside their bundles (with reuse, a CPU rank runs beside its
@@ -145,27 +170,3 @@ def test_split_pools_use_distinct_bundles(ray_session, monkeypatch):
         train.shutdown()
         rollout.shutdown()
         manager.release()
-
-
-def test_pool_larger_than_cluster_is_a_clear_error(ray_session):
-    pool = RayResourcePool([64], use_gpu=False, name_prefix="huge")
-    with pytest.raises(ResourcePoolError, match="needs 64 CPUs"):
-        RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker))
-
-
-def test_killed_worker_is_a_clear_error_within_30s(ray_session):
-    pool = RayResourcePool([2], use_gpu=False, name_prefix="kill", cpus_per_process=0.5)
-    wg = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker), role="actor_rollout")
-    try:
-        start = time.monotonic()
-        with pytest.raises(
-            WorkerDiedError,
-            match=r"role 'actor_rollout' rank 1 \(node \w+, pid \d+\): worker process died during exit_on_rank",
-        ):
-            wg.exit_on_rank(1)
-        assert time.monotonic() - start < 30
-    finally:
-        wg.shutdown()
-        pool.release()
-    with pytest.raises(WorkerDiedError, match="shut down"):
-        wg.whoami()

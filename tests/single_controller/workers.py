@@ -17,6 +17,9 @@ class EchoWorker(Worker):
         super().__init__()
         self.tag = tag
 
+    def process_reusable(self) -> bool:
+        return True  # all its state is in this object: a later group may start in its process
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def whoami(self, suffix: str = "") -> tuple[int, int, str]:
         return self.rank, self.world_size, self.tag + suffix
@@ -92,6 +95,9 @@ def _spin_forever_in_a_python_loop() -> None:
 
 
 class OtherRoleWorker(Worker):
+    def process_reusable(self) -> bool:
+        return True
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def pid(self) -> int:
         return os.getpid()
