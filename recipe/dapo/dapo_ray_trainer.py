@@ -30,6 +30,7 @@ from verl.config.base import ConfigError
 from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
+from verl.trainer.ppo.generations import Draw
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 __all__ = ["AsyncDAPOTrainer", "RayDAPOTrainer", "dapo_trainer_class", "group_metric", "informative_groups"]
@@ -70,12 +71,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         check_dapo_config(config)
         super().__init__(config)
 
-    def rollout_phase(
-        self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]
-    ) -> DataProto:
+    def rollout_phase(self, draw: Draw, metrics: dict[str, float], timing: dict[str, float]) -> DataProto:
         filter_cfg = self.config.algorithm.filter_groups
         if not filter_cfg.enable:
-            return super().rollout_phase(batch, metrics, timing)
+            return super().rollout_phase(draw, metrics, timing)
         n = self.config.actor_rollout_ref.rollout.n
         target_rows = self.config.data.train_batch_size * n
         kept: list[DataProto] = []
@@ -83,7 +82,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         num_gen_batches = 0
         while True:
             num_gen_batches += 1
-            scored = super().rollout_phase(batch, metrics, timing)
+            scored = super().rollout_phase(draw, metrics, timing)
             # uids are "<step>-<row>"; later batches of the same step need their own
             scored.non_tensor_batch["uid"] = np.array(
                 [f"{uid}.{num_gen_batches}" for uid in scored.non_tensor_batch["uid"]], dtype=object
@@ -103,7 +102,7 @@ class RayDAPOTrainer(RayPPOTrainer):
                     f"(out of {seen_groups} generated): the data is too easy or too hard for the policy; "
                     "raise the limit (0 = no limit) or change the data"
                 )
-            batch = self.next_draw(num_gen_batches + 1)  # seeded apart from this step's earlier draws
+            draw = self.next_draw(num_gen_batches + 1)  # seeded apart from this step's earlier draws
         metrics["train/num_gen_batches"] = num_gen_batches
         metrics["train/kept_group_ratio"] = (kept_rows // n) / seen_groups
         return DataProto.concat(kept)[:target_rows]

@@ -107,8 +107,8 @@ class Recording:
         super().__init__(*args, **kwargs)
         self.recorded: list = []
 
-    def rollout_phase(self, batch, metrics, timing):
-        out = super().rollout_phase(batch, metrics, timing)
+    def rollout_phase(self, draw, metrics, timing):
+        out = super().rollout_phase(draw, metrics, timing)
         self.recorded.append((out, dict(metrics)))
         return out
 

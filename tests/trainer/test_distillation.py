@@ -159,7 +159,7 @@ def test_the_preset_scores_with_the_teacher_and_learns_from_it(tmp_path, monkeyp
     trainer = RayPPOTrainer(config)
     try:
         trainer.init_workers()
-        batch = trainer._repeat_prompts(next(trainer._batches()))
+        batch = trainer._repeat_prompts(next(trainer._batches()).batch)
         trainer.global_steps = 1
         batch = trainer._generate(batch, {})
         batch.union(trainer.teachers.score(batch))

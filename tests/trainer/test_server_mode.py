@@ -34,7 +34,7 @@ def test_sync_trainer_in_server_mode_replays_a_step_and_matches_the_trainers_log
         trainer.init_workers()
         assert isinstance(trainer.rollout_client, ServerRolloutClient)
         trainer.batches = trainer._batches()
-        prompts = trainer._repeat_prompts(next(trainer.batches))
+        prompts = trainer._repeat_prompts(next(trainer.batches).batch)
         first = trainer._generate(prompts.select(deepcopy=True), {})
         again = trainer._generate(prompts.select(deepcopy=True), {})
         # one request per sample, each seeded by (step, row): the same step samples the same tokens

@@ -86,7 +86,7 @@ def test_the_vlm_preset_matches_transformers_and_learns_to_read_digits(tmp_path)
     trainer = RayPPOTrainer(config)
     try:
         trainer.init_workers()
-        batch = trainer._repeat_prompts(next(trainer._batches()))
+        batch = trainer._repeat_prompts(next(trainer._batches()).batch)
         trainer.global_steps = 1
         batch = trainer._generate(batch, {})
         assert batch.batch["position_ids"].shape[1] == 3  # M-RoPE positions, built once by the dataset
@@ -184,7 +184,7 @@ def _trainer(tmp_path, ranks: int) -> RayPPOTrainer:
 def test_two_data_parallel_ranks_equal_one_on_an_image_batch(tmp_path):
     one = _trainer(tmp_path / "one", 1)
     try:
-        batch = one._repeat_prompts(next(one._batches()))
+        batch = one._repeat_prompts(next(one._batches()).batch)
         one.global_steps = 1
         batch = one._generate(batch, {})
         batch.union(one.actor_rollout_wg.compute_log_prob(batch))

@@ -230,7 +230,7 @@ def test_the_ray_trainers_actor_sees_the_tool_images_of_a_sampled_batch(tmp_path
     trainer = RayPPOTrainer(config)
     try:
         trainer.init_workers()
-        batch = trainer._repeat_prompts(next(trainer._batches()))
+        batch = trainer._repeat_prompts(next(trainer._batches()).batch)
         trainer.global_steps = 1
         batch = trainer._generate(batch, {})  # sampled, seeded by the step
         actor = trainer.actor_rollout_wg.compute_log_prob(batch).batch["old_log_probs"]

@@ -51,7 +51,7 @@ def trainer(ray_session, builtin_assets):
 
 
 def generate(trainer: RayPPOTrainer, seed: int) -> DataProto:
-    batch = trainer._repeat_prompts(next(trainer.batches))
+    batch = trainer._repeat_prompts(next(trainer.batches).batch)
     batch.meta_info["sampling_seed"] = seed
     return trainer._generate(batch, {})
 

@@ -43,7 +43,7 @@ def greedy(trainer: RayPPOTrainer, batch: DataProto) -> DataProto:
 
 
 def first_batch(trainer: RayPPOTrainer) -> DataProto:
-    return trainer._repeat_prompts(next(trainer.batches))
+    return trainer._repeat_prompts(next(trainer.batches).batch)
 
 
 @pytest.fixture(scope="module")

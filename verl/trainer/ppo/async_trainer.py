@@ -48,7 +48,7 @@ from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.single_controller import WorkerDiedError
 from verl.trainer.ppo import builders
-from verl.trainer.ppo.generations import Finished, InFlight, check_staleness, sample_staleness
+from verl.trainer.ppo.generations import Draw, Finished, InFlight, check_staleness, sample_staleness
 from verl.trainer.ppo.partial_rollout import continuation_prompts, prefix_prompts, stitch
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
@@ -113,7 +113,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         versions old when trained. A recipe that draws more per step (``next_draw``) takes the next
         ones, which are fresher, and more are submitted as needed. With streaming (``data.gen_batch_size``
         below the batch) the units to finish first make the draw instead (:meth:`_streamed`)."""
-        prompts = super()._batches()
+        prompts = self._prompt_batches()
         if self.stream is not None:
             return self._streamed(self.stream.units(prompts))
         return self._in_order(prompts)
@@ -285,22 +285,23 @@ class AsyncPPOTrainer(RayPPOTrainer):
                 self.stream.watch(generation)
 
     # ------------------------------------------------------------------ phases
-    def rollout_phase(
-        self, pending: InFlight, metrics: dict[str, float], timing: dict[str, float]
-    ) -> DataProto:
-        """Wait for this step's responses (``timing_s/gen`` is the time the trainer waited),
-        score them, and check how stale they are."""
+    def rollout_phase(self, draw: Draw, metrics: dict[str, float], timing: dict[str, float]) -> DataProto:
+        """As in sync (responses, reward), then check how stale the samples are."""
+        batch = super().rollout_phase(draw, metrics, timing)
+        metrics.update(self._check_staleness(batch))
+        return batch
+
+    def _generated(self, draw: Draw, metrics: dict[str, float], timing: dict[str, float]) -> DataProto:
+        """Wait for the generation's responses (``timing_s/gen`` is the time the trainer waited)."""
+        assert isinstance(draw, InFlight), "the asynchronous trainer's draws are its generations in flight"
         with timed("gen", timing):
-            output = self._responses(pending)
-        batch = pending.batch
+            output = self._responses(draw)
+        batch = draw.batch
         metrics.update(attach_responses(batch, output))
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        self.consumed_generations.extend(pending.parts or [pending.index])
+        self.consumed_generations.extend(draw.parts or [draw.index])
         if self.stream is not None:
             metrics["async/regenerated_samples"] = float(self.stream.regenerated)
-        with timed("reward", timing):
-            self._compute_reward(batch, metrics)
-        metrics.update(self._check_staleness(batch))
         return batch
 
     def _check_staleness(self, batch: DataProto) -> dict[str, float]:

@@ -1,7 +1,11 @@
-"""What the asynchronous trainer keeps of a generation it submitted, and how it judges a sample's age.
+"""What a trainer's rollout source hands its rollout phase, and how the asynchronous trainer judges a
+sample's age.
 
-A generation is one request to the rollout: a step batch (one per step), or with streaming
-(:mod:`verl.trainer.ppo.sample_stream`) a unit of ``data.gen_batch_size`` prompts, several per step.
+Both trainers run the same phases on a :class:`Draw` (``train_step(draw)``, ``rollout_phase(draw)``); only
+the source differs. The synchronous trainer's draws are prompts whose responses the phase generates
+now; the asynchronous trainer's are :class:`InFlight` generations requested ahead: a step batch, or with
+streaming (:mod:`verl.trainer.ppo.sample_stream`) the units of ``data.gen_batch_size`` prompts that
+finished first, joined.
 """
 
 from __future__ import annotations
@@ -16,14 +20,21 @@ import torch
 from verl.protocol import DataProto
 
 
-@dataclass(eq=False)  # compared by identity: two generations are never the same one
-class InFlight:
-    """Generation number ``index`` (the step it trains, in the core loop; the unit's number when
-    streaming): its prompts' other columns, the future of the responses, and the data loader's
-    position right after its prompts were drawn."""
+@dataclass(eq=False)  # compared by identity: two draws are never the same one
+class Draw:
+    """Draw number ``index`` of the rollout source (the step it trains, in the core loop) and its
+    prompts' columns (``batch``; the responses are joined into it by the rollout phase)."""
 
     index: int
     batch: DataProto
+
+
+@dataclass(eq=False)
+class InFlight(Draw):
+    """A generation requested ahead (the unit's number when streaming): besides the prompts' other
+    columns, the future of the responses and the data loader's position right after its prompts were
+    drawn."""
+
     future: Any
     loader_state: dict
     weight_version: int = 0  # the policy version published when it was submitted

@@ -32,6 +32,7 @@ from verl.config.ppo_trainer import PPOTrainerConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo import builders, checkpoint, generation_dump
 from verl.trainer.ppo.dataloaders import build_dataloaders
+from verl.trainer.ppo.generations import Draw
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -155,25 +156,30 @@ class RayPPOTrainer:
     def _position(self) -> str:
         return f"step {self.global_steps}, phase {' > '.join(PHASES) or 'between phases'}"
 
-    def _batches(self) -> Iterator[DataProto]:
+    def _batches(self) -> Iterator[Draw]:
+        """The rollout source: the loader's batches, each the draw of the step about to run (its
+        responses are generated in the rollout phase)."""
+        return (Draw(self.global_steps, batch) for batch in self._prompt_batches())
+
+    def _prompt_batches(self) -> Iterator[DataProto]:
         while True:
             for batch_dict in self.data.train:
                 self.epoch = self.data.train.epoch
                 yield DataProto.from_single_dict(batch_dict)
 
-    def next_draw(self, draw: int) -> DataProto:
-        """The prompts of a step's ``draw``-th generation (``draw`` >= 2), for a recipe that draws more
-        than once per step (DAPO's dynamic sampling): the next batch, seeded apart from the step's
-        first draw and from the other steps'."""
-        batch = next(self.batches)
-        batch.meta_info["sampling_seed"] = self.global_steps + 1_000_000 * (draw - 1)
-        return batch
+    def next_draw(self, draw: int) -> Draw:
+        """A step's ``draw``-th draw (``draw`` >= 2), for a recipe that draws more than once per step
+        (DAPO's dynamic sampling): the next batch, seeded apart from the step's first draw and from
+        the other steps'."""
+        nxt = next(self.batches)
+        nxt.batch.meta_info["sampling_seed"] = self.global_steps + 1_000_000 * (draw - 1)
+        return nxt
 
-    def train_step(self, batch: DataProto) -> dict[str, float]:
+    def train_step(self, draw: Draw) -> dict[str, float]:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with timed("step", timing):
-            batch = self.rollout_phase(batch, metrics, timing)
+            batch = self.rollout_phase(draw, metrics, timing)
             generation_dump.dump_rollouts(
                 batch, self.tokenizer, self.config.trainer.rollout_data_dir, self.global_steps
             )
@@ -207,20 +213,23 @@ class RayPPOTrainer:
         return metrics
 
     # ------------------------------------------------------------------ phases
-    def rollout_phase(
-        self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]
-    ) -> DataProto:
-        """Prompts in, scored responses out: repeat, generate, reward. Recipes override this
-        (e.g. DAPO keeps drawing (``next_draw``) until enough groups carry signal)."""
+    def rollout_phase(self, draw: Draw, metrics: dict[str, float], timing: dict[str, float]) -> DataProto:
+        """A draw in, scored responses out: its responses (:meth:`_generated`), then the reward. Recipes
+        override this (e.g. DAPO keeps drawing (``next_draw``) until enough groups carry signal)."""
+        batch = self._generated(draw, metrics, timing)
+        with timed("reward", timing):
+            self._compute_reward(batch, metrics)
+        return batch
+
+    def _generated(self, draw: Draw, metrics: dict[str, float], timing: dict[str, float]) -> DataProto:
+        """The draw's prompts, repeated rollout.n times, with their responses generated now."""
+        batch = draw.batch
         if self.config.algorithm.adv_estimator == "remax":
             with timed("gen_max", timing):
                 self._reward_baselines(batch)
         batch = self._repeat_prompts(batch)
         with timed("gen", timing):
-            batch = self._generate(batch, metrics)
-        with timed("reward", timing):
-            self._compute_reward(batch, metrics)
-        return batch
+            return self._generate(batch, metrics)
 
     def sync_weights(self) -> dict[str, float]:
         """After an actor update, the colocated rollout takes the actor's weights as the next
