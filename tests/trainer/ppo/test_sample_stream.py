@@ -29,7 +29,7 @@ def rows(values: list[int], metrics: dict[str, float] | None = None) -> DataProt
 
 
 def unit(index: int) -> InFlight:
-    return InFlight(index, rows([index]), PendingBatch(Future()), loader_state={})
+    return InFlight(index, rows([index]), PendingBatch(Future()))
 
 
 def test_a_step_takes_the_units_that_finish_first_in_the_order_they_finish():
@@ -65,15 +65,15 @@ def test_a_unit_sent_again_is_taken_once_with_its_new_future():
 
 def test_finished_units_kept_by_a_checkpoint_are_taken_at_once():
     stream = SampleStream(units_per_step=1, window_units=1, total_units=1)
-    kept = InFlight(5, rows([5]), Finished(rows([50])), loader_state={})
+    kept = InFlight(5, rows([5]), Finished(rows([50])))
     stream.watch(kept)
     assert stream.next_finished(deque([kept])) is kept
 
 
 def test_a_steps_units_join_into_one_batch_with_averaged_metrics():
     taken = [
-        (InFlight(7, rows([7, 7]), None, {}, weight_version=2), rows([70, 71], {"a": 1.0, "b": 4.0})),
-        (InFlight(3, rows([3, 3]), None, {}, weight_version=1), rows([30, 31], {"a": 3.0})),
+        (InFlight(7, rows([7, 7]), None, weight_version=2), rows([70, 71], {"a": 1.0, "b": 4.0})),
+        (InFlight(3, rows([3, 3]), None, weight_version=1), rows([30, 31], {"a": 3.0})),
     ]
     joined = join_units(9, taken)
     assert joined.index == 9 and joined.parts == [7, 3] and joined.weight_version == 1

@@ -188,9 +188,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
             prefix_prompts(prompts, self.async_cfg.partial_rollout_interrupt_at)
         self.samples_submitted += len(prompts)
         future = self.rollout_client.generate_sequences(prompts, blocking=False)
-        return InFlight(
-            index, batch, future, self.data.train.state_dict(), self.policy_version, prompts, interrupted
-        )
+        return InFlight(index, batch, future, self.policy_version, prompts, interrupted)
 
     def _trained_after_next_sync(self, index: int) -> bool:
         """With ``partial_rollout_interrupt_at``: whether generation ``index`` trains (at step ``index``)

@@ -32,11 +32,9 @@ class Draw:
 @dataclass(eq=False)
 class InFlight(Draw):
     """A generation requested ahead (the unit's number when streaming): besides the prompts' other
-    columns, the future of the responses and the data loader's position right after its prompts were
-    drawn."""
+    columns, the future of the responses and what is needed to send it again."""
 
     future: Any
-    loader_state: dict
     weight_version: int = 0  # the policy version published when it was submitted
     prompts: DataProto | None = None  # what was sent, to send again after a rollout restart
     interrupted: bool = False  # a prefix to continue with the next version (partial_rollout_interrupt_at)

@@ -96,7 +96,6 @@ def join_units(step: int, taken: list[tuple[InFlight, DataProto]]) -> InFlight:
         step,
         batch,
         Finished(output),
-        loader_state={},
         weight_version=min(generation.weight_version for generation, _ in taken),
         parts=[generation.index for generation, _ in taken],
     )
