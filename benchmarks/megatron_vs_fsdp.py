@@ -67,7 +67,15 @@ def one_step(worker, config, args) -> dict[str, float]:
     rewards = torch.zeros(batch.batch["response_mask"].shape)
     rewards[:, -1] = torch.rand(len(rewards), generator=torch.Generator().manual_seed(2))
     batch.batch["token_level_rewards"] = rewards
-    compute_advantage(batch, config.algorithm)
+    algo = config.algorithm
+    compute_advantage(
+        batch,
+        algo.adv_estimator,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+        config=algo,
+    )
     start = time.perf_counter()
     worker.update_actor(batch)
     sync()

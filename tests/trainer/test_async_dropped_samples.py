@@ -79,7 +79,15 @@ def test_a_dropped_stale_sample_does_not_move_its_groups_baseline(make_trainer, 
     kept = [i for i in range(len(batch)) if i != STALE_ROW]
     without = scored_batch().select_idxs(torch.tensor(kept))  # the stale sample never drawn
     without.batch["token_level_rewards"] = without.batch["token_level_scores"]
-    compute_advantage(without, trainer.config.algorithm)
+    algo = trainer.config.algorithm
+    compute_advantage(
+        without,
+        algo.adv_estimator,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+        config=algo,
+    )
 
     assert_close(batch.batch["advantages"][kept], without.batch["advantages"])
     assert torch.all(batch.batch["advantages"][STALE_ROW] == 0)

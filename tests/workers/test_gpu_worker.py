@@ -88,7 +88,15 @@ def test_fsdp2_bf16_step_on_cuda(worker):
     last = mask.sum(-1) - 1
     scores[torch.arange(len(scores)), last] = (responses[:, 0] % 2).float()  # any varied reward
     batch.batch["token_level_rewards"] = scores
-    compute_advantage(batch, config.algorithm)
+    algo = config.algorithm
+    compute_advantage(
+        batch,
+        algo.adv_estimator,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+        config=algo,
+    )
 
     before = {k: v.detach().float().cpu().clone() for k, v in w.actor.full_state_dict()}
     version = w.get_version()

@@ -251,7 +251,15 @@ def one_update(worker, config) -> tuple[DataProto, dict[str, float]]:
     batch = _batch(worker.tokenizer, 0)
     batch.union(worker.compute_log_prob(batch))
     batch.union(worker.compute_ref_log_prob(batch))
-    compute_advantage(batch, config.algorithm)
+    algo = config.algorithm
+    compute_advantage(
+        batch,
+        algo.adv_estimator,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+        config=algo,
+    )
     return batch, worker.update_actor(batch).meta_info["metrics"]
 
 

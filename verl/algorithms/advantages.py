@@ -8,7 +8,8 @@ Importing this module registers every built-in estimator (verl 0.9.1's set):
 * :mod:`~verl.algorithms.token_baselines`: ``optimal_token_baseline``,
   ``tir_optimal_token_baseline``
 
-The calling convention and the registry are in :mod:`~verl.algorithms.adv_registry`.
+Signatures are verl's; the calling convention, the registry and ``AdvantageEstimator`` are in
+:mod:`~verl.algorithms.adv_registry`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import torch
 from verl.algorithms.adv_registry import (
     ADV_ESTIMATOR_REGISTRY,
     GROUP_STD_EPS,
+    AdvantageEstimator,
     AdvEstimatorFn,
+    call_adv_estimator,
+    estimator_name,
     get_adv_estimator_fn,
     register_adv_est,
     require,
@@ -50,7 +54,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
     "GROUP_STD_EPS",
+    "OPTIONAL_BATCH_KEYS",
     "AdvEstimatorFn",
+    "AdvantageEstimator",
+    "call_adv_estimator",
     "compute_advantage",
     "compute_gae_advantage_return",
     "compute_gdpo_outcome_advantage",
@@ -74,15 +81,14 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- per-token returns
-@register_adv_est("gae")
+@register_adv_est(AdvantageEstimator.GAE)
 @torch.no_grad()
 def compute_gae_advantage_return(
-    *,
     token_level_rewards: torch.Tensor,
+    values: torch.Tensor | None,
     response_mask: torch.Tensor,
-    config: AlgorithmConfig,
-    values: torch.Tensor | None = None,
-    **kwargs: Any,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2015, https://arxiv.org/abs/1506.02438).
 
@@ -91,7 +97,6 @@ def compute_gae_advantage_return(
     are skipped. ``returns = A + V``; the advantages are then whitened over valid tokens.
     """
     values = require(values, "values", "gae")
-    gamma, lam = config.gamma, config.lam
     mask = response_mask.to(values.dtype)  # `1 - mask` below needs a numeric mask
     next_value = torch.zeros_like(values[:, 0])
     last_gae = torch.zeros_like(values[:, 0])
@@ -108,13 +113,12 @@ def compute_gae_advantage_return(
     return masked_whiten(advantages, response_mask), returns
 
 
-@register_adv_est("reinforce_plus_plus")
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(
-    *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    config: AlgorithmConfig,
+    config: AlgorithmConfig | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, https://arxiv.org/abs/2501.03262).
@@ -123,25 +127,30 @@ def compute_reinforce_plus_plus_outcome_advantage(
     the next valid token: masked positions (padding, or observation tokens between two
     turns) get ``G = 0`` and carry the running return across unchanged, ignoring their
     reward. Whitened over all valid tokens of the batch: ``A = whiten(G) * mask``.
+
+    ``gamma`` is ``config.gamma`` as in verl; without a config, a ``gamma`` keyword.
     """
+    gamma = config.gamma if config is not None else kwargs.get("gamma")
+    if gamma is None:
+        raise ValueError("reinforce_plus_plus needs config (an AlgorithmConfig, for its gamma) or gamma=")
     mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        candidate = token_level_rewards[:, t] + config.gamma * running
+        candidate = token_level_rewards[:, t] + gamma * running
         returns[:, t] = candidate * mask[:, t]
         running = candidate * mask[:, t] + running * (1 - mask[:, t])
     advantages = masked_whiten(returns, response_mask) * response_mask
     return advantages, returns
 
 
-@register_adv_est("remax")
+@register_adv_est(AdvantageEstimator.REMAX)
 @torch.no_grad()
 def compute_remax_outcome_advantage(
-    *,
     token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor | None,
     response_mask: torch.Tensor,
-    reward_baselines: torch.Tensor | None = None,
+    config: AlgorithmConfig | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, https://arxiv.org/abs/2310.10505): baseline = reward of a greedy rollout.
@@ -156,46 +165,83 @@ def compute_remax_outcome_advantage(
 
 
 # ----------------------------------------------------------------------------- driver entry
-def compute_advantage(data: DataProto, config: AlgorithmConfig) -> DataProto:
-    """Run ``algorithm.adv_estimator`` on a batch and write ``advantages`` and ``returns``.
+OPTIONAL_BATCH_KEYS = ("values", "reward_baselines", "old_log_probs", "sum_pi_squared", "rollout_is_weights")
+"""Batch keys offered to the estimators when present (``None`` otherwise)."""
 
-    First, with ``algorithm.rollout_correction`` enabled (``rollout_is`` or ``rollout_rs``
-    set, or ``bypass_mode``), :func:`apply_rollout_correction` writes the rollout importance
-    weights and the rejection mask (``rollout_is_weights``, ``response_mask``; metrics in
-    ``meta_info["rollout_corr_metrics"]``), where verl 0.9.1's trainer does it. The estimator
-    then gets every batch key it may use (``token_level_rewards``, ``response_mask``,
-    ``values``, ``reward_baselines``, ``old_log_probs``, ``sum_pi_squared``,
-    ``rollout_is_weights``; ``None`` when absent), the non-tensor ``uid`` and the non-tensor
-    columns. With ``algorithm.use_pf_ppo`` and GAE the
-    batch is then resampled by reward (PF-PPO), in place. Returns ``data``.
+
+def compute_advantage(
+    data: DataProto,
+    adv_estimator: str | AdvantageEstimator,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: AlgorithmConfig | None = None,
+) -> DataProto:
+    """Run the estimator named ``adv_estimator`` on a batch; write ``advantages`` and ``returns``.
+
+    verl's ``ray_trainer.compute_advantage``: ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo``
+    reach the estimators that take them (GAE, the GRPO family), ``config`` (the ``algorithm``
+    section, or ``None``) the others, with the batch keys of :data:`OPTIONAL_BATCH_KEYS`, the
+    non-tensor ``uid`` as ``index`` and the non-tensor columns (see
+    :func:`~verl.algorithms.adv_registry.call_adv_estimator`). ``num_repeat`` is unused, as in
+    verl. A batch without ``response_mask`` gets the response columns of ``attention_mask``.
+
+    ``config`` also enables two batch-level steps. Before the estimator, with
+    ``config.rollout_correction`` on (``rollout_is`` or ``rollout_rs`` set, or ``bypass_mode``),
+    :func:`apply_rollout_correction` writes ``rollout_is_weights`` and the rejection mask
+    (metrics in ``meta_info["rollout_corr_metrics"]``); verl's trainer does this just before
+    calling it. After GAE, with ``config.use_pf_ppo``, the batch is resampled by reward
+    (PF-PPO), in place. Returns ``data``.
     """
-    correction = config.rollout_correction
-    if correction.bypass_mode or correction.rollout_is is not None or correction.rollout_rs is not None:
-        data.meta_info["rollout_corr_metrics"] = apply_rollout_correction(data, correction)
+    name = _checked_name(adv_estimator)
+    if "response_mask" not in data.batch.keys():
+        data.batch["response_mask"] = _response_mask(data)
+    if config is not None:
+        correction = config.rollout_correction
+        if correction.bypass_mode or correction.rollout_is is not None or correction.rollout_rs is not None:
+            data.meta_info["rollout_corr_metrics"] = apply_rollout_correction(data, correction)
     batch = data.batch
     present = set(batch.keys())
-
-    def optional(key: str) -> torch.Tensor | None:
-        return batch[key] if key in present else None
-
-    advantages, returns = get_adv_estimator_fn(config.adv_estimator)(
+    advantages, returns = call_adv_estimator(
+        get_adv_estimator_fn(name),
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
         index=data.non_tensor_batch.get("uid"),
         config=config,
-        values=optional("values"),
-        reward_baselines=optional("reward_baselines"),
-        old_log_probs=optional("old_log_probs"),
-        sum_pi_squared=optional("sum_pi_squared"),
-        rollout_is_weights=optional("rollout_is_weights"),
+        gamma=gamma,
+        lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         non_tensor_batch=data.non_tensor_batch,
         batch=batch,
+        **{key: batch[key] if key in present else None for key in OPTIONAL_BATCH_KEYS},
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
-    if config.use_pf_ppo and config.adv_estimator == "gae":
+    if config is not None and config.use_pf_ppo and name == AdvantageEstimator.GAE:
         data = compute_pf_ppo_reweight_data(data, config.pf_ppo.reweight_method, config.pf_ppo.weight_pow)
     return data
+
+
+def _checked_name(adv_estimator: Any) -> str:
+    if not isinstance(adv_estimator, str):  # an AdvantageEstimator is a str too
+        raise TypeError(
+            "compute_advantage(data, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, "
+            f"config): adv_estimator must be an estimator name, got {type(adv_estimator).__name__}; "
+            "pass the algorithm config as config="
+        )
+    return estimator_name(adv_estimator)
+
+
+def _response_mask(data: DataProto) -> torch.Tensor:
+    """The last ``R`` columns of ``attention_mask``, ``R`` the width of ``responses``."""
+    keys = set(data.batch.keys())
+    if not {"responses", "attention_mask"} <= keys:
+        raise ValueError(
+            "compute_advantage needs batch key 'response_mask' (or 'responses' and 'attention_mask' "
+            f"to derive it); the batch has {sorted(keys)}"
+        )
+    return data.batch["attention_mask"][:, -data.batch["responses"].shape[-1] :]
 
 
 def pf_ppo_weights(scores: torch.Tensor, reweight_method: str, weight_pow: float) -> torch.Tensor:

@@ -34,7 +34,10 @@ K3_LOG_RATIO_CLAMP = 20.0
 K3_VALUE_CLAMP = 10.0
 
 
-def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, name: str) -> torch.Tensor:
+def kl_penalty_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """The value of the estimator ``kl_penalty`` (a ``+`` suffix changes only the gradient, so it
+    is dropped here); :func:`kl_penalty` adds the straight-through gradient."""
+    name = kl_penalty.removesuffix("+")
     if name in ("kl", "k1"):
         return logprob - ref_logprob
     if name == "abs":
@@ -60,10 +63,8 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
         ref_logprob: [B, R] log-probs of the same tokens under the reference policy.
         kl_penalty: estimator name, one of :data:`KL_PENALTY_TYPES`.
     """
-    straight_through = kl_penalty.endswith("+")
-    base = kl_penalty[:-1] if straight_through else kl_penalty
-    forward = _kl_forward(logprob, ref_logprob, base)
-    if not straight_through or base in ("mse", "k2"):
+    forward = kl_penalty_forward(logprob, ref_logprob, kl_penalty)
+    if not kl_penalty.endswith("+") or kl_penalty in ("mse+", "k2+"):
         return forward
     # Value of the chosen estimator, gradient of k2 (unbiased gradient of the KL).
     k2 = 0.5 * (logprob - ref_logprob).square()
@@ -72,6 +73,14 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
 
 # Alias so apply_kl_penalty's argument name (verl's) does not shadow the function inside it.
 _kl_estimate = kl_penalty
+
+
+def compute_rewards(
+    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float
+) -> torch.Tensor:
+    """verl's plain in-reward KL: ``scores - kl_ratio * (old_log_prob - ref_log_prob)`` per token
+    (the ``k1`` estimate, no mask; the trainer uses :func:`apply_kl_penalty`)."""
+    return token_level_scores - (old_log_prob - ref_log_prob) * kl_ratio
 
 
 class FixedKLController:
@@ -113,13 +122,19 @@ class AdaptiveKLController:
         self.value = state["value"]
 
 
-def get_kl_controller(kl_ctrl: KLControlConfig) -> FixedKLController | AdaptiveKLController:
-    """Build the controller named by ``algorithm.kl_ctrl.type`` (the config's own checks run first,
-    so a bad value raises ``ConfigError`` naming the key)."""
-    kl_ctrl.validate("algorithm.kl_ctrl")
+def get_kl_controller(kl_ctrl: KLControlConfig | Any) -> FixedKLController | AdaptiveKLController:
+    """Build the controller named by ``algorithm.kl_ctrl.type`` from a :class:`KLControlConfig`
+    (its own checks run first, so a bad value raises ``ConfigError`` naming the key) or any object
+    with verl's fields ``type``, ``kl_coef``, ``target_kl``, ``horizon`` (an OmegaConf node)."""
+    if hasattr(kl_ctrl, "validate"):
+        kl_ctrl.validate("algorithm.kl_ctrl")
     if kl_ctrl.type == "adaptive":
+        if not kl_ctrl.horizon > 0:
+            raise ValueError(f"algorithm.kl_ctrl.horizon: expected > 0, got {kl_ctrl.horizon}")
         return AdaptiveKLController(kl_ctrl.kl_coef, kl_ctrl.target_kl, kl_ctrl.horizon)
-    return FixedKLController(kl_coef=kl_ctrl.kl_coef)
+    if kl_ctrl.type == "fixed":
+        return FixedKLController(kl_coef=kl_ctrl.kl_coef)
+    raise ValueError(f"algorithm.kl_ctrl.type: expected 'fixed' or 'adaptive', got {kl_ctrl.type!r}")
 
 
 def apply_kl_penalty(

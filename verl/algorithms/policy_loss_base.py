@@ -49,6 +49,8 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
 
 def clip_range(config: Any) -> tuple[float, float]:
     """``(clip_ratio_low, clip_ratio_high)``, each falling back to ``clip_ratio`` when null."""
+    if config is None:
+        raise ValueError("this policy loss needs config: the actor config (its clip_ratio* keys)")
     low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
     high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
     return low, high

@@ -28,6 +28,7 @@ from verl.algorithms.policy_loss_base import (
 )
 from verl.algorithms.ppo_losses import (
     GSPO_LOG_RATIO_MAX,
+    compute_policy_loss,
     compute_policy_loss_cispo,
     compute_policy_loss_dro,
     compute_policy_loss_geo_mean,
@@ -43,6 +44,7 @@ __all__ = [
     "POLICY_LOSS_REGISTRY",
     "PolicyLossFn",
     "clip_range",
+    "compute_policy_loss",
     "compute_policy_loss_bypass_mode",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",

@@ -7,11 +7,12 @@ Notation: ``log_r = log_prob - old_log_prob``, ``r = exp(log_r)``, ``A`` the adv
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 
-from verl.algorithms.loss_agg import global_batch_info
+from verl.algorithms.loss_agg import agg_loss, global_batch_info
 from verl.algorithms.policy_loss_base import (
     aggregate,
     clamped_log_ratio,
@@ -47,27 +48,73 @@ def compute_policy_loss_vanilla(
     tokens where the clipped term wins, ``pg_clipfrac_lower`` where the dual clip binds.
     """
     low, high = clip_range(config)
-    if not config.clip_ratio_c > 1.0:
-        raise ValueError(
-            f"actor.clip_ratio_c: expected a value > 1.0 for dual-clip PPO, got {config.clip_ratio_c}"
-        )
+    pg_losses, pg_clipfrac, ppo_kl, pg_clipfrac_lower = dual_clip_pg_losses(
+        old_log_prob, log_prob, advantages, response_mask, low, high, config.clip_ratio_c
+    )
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return pg_loss, pg_metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower)
+
+
+def dual_clip_pg_losses(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token dual-clip PPO losses ``[B, R]`` and ``(pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
+    if not clip_ratio_c > 1.0:
+        raise ValueError(f"actor.clip_ratio_c: expected a value > 1.0 for dual-clip PPO, got {clip_ratio_c}")
     log_ratio = clamped_log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)
     ppo_kl = masked_mean(-log_ratio, response_mask)
 
     pg_losses1 = -advantages * ratio
-    pg_losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
     clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
 
-    pg_losses3 = -advantages * config.clip_ratio_c
+    pg_losses3 = -advantages * clip_ratio_c
     clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
     pg_clipfrac_lower = masked_mean(
         torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0).float(), response_mask
     )
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
-    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return pg_loss, pg_metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower)
+    return pg_losses, pg_clipfrac, ppo_kl, pg_clipfrac_lower
+
+
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange: float | None = None,
+    cliprange_low: float | None = None,
+    cliprange_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verl's older PPO loss with the clip ranges as arguments (deprecated there and here: use
+    :func:`compute_policy_loss_vanilla`, which reads them from the actor config).
+
+    The same dual-clip loss as ``vanilla``; ``cliprange_low``/``cliprange_high`` fall back to
+    ``cliprange``. Aggregated with ``agg_loss`` on this batch alone (no global-batch counts, no
+    importance weights). Returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)`` as tensors.
+    """
+    warnings.warn(
+        "compute_policy_loss is deprecated; use compute_policy_loss_vanilla", FutureWarning, stacklevel=2
+    )
+    low = cliprange if cliprange_low is None else cliprange_low
+    high = cliprange if cliprange_high is None else cliprange_high
+    if low is None or high is None:
+        raise ValueError("compute_policy_loss needs cliprange (or both cliprange_low and cliprange_high)")
+    pg_losses, pg_clipfrac, ppo_kl, pg_clipfrac_lower = dual_clip_pg_losses(
+        old_log_prob, log_prob, advantages, response_mask, low, high, clip_ratio_c
+    )
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
 @register_policy_loss("gspo")

@@ -16,15 +16,13 @@ gets ``B = 0`` (no other response informs it).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
-from verl.algorithms.adv_registry import groups, register_adv_est, require
+from verl.algorithms.adv_registry import AdvantageEstimator, groups, register_adv_est, require
 
 OTB_EPS = 1e-8
-"""Added to the summed path weights before dividing."""
+"""Added to the summed path weights before dividing (the estimators' default ``epsilon``)."""
 
 
 def path_weights(
@@ -54,18 +52,17 @@ def zero_tail(baselines: torch.Tensor, rows: list[int], lengths: torch.Tensor) -
         baselines[rows[int(at_longest[0])], second:] = 0.0
 
 
-@register_adv_est("optimal_token_baseline")
+@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
 @torch.no_grad()
 def compute_optimal_token_baseline_advantage(
-    *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray | None,
-    old_log_probs: torch.Tensor | None = None,
-    sum_pi_squared: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None,
+    sum_pi_squared: torch.Tensor | None,
     rollout_is_weights: torch.Tensor | None = None,
     handle_zero_tail: bool = True,
-    **kwargs: Any,
+    epsilon: float = OTB_EPS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """OTB by position: ``B_t`` pools the group's tokens at the same index ``t`` (module doc)."""
     old_log_probs = require(old_log_probs, "old_log_probs", "optimal_token_baseline")
@@ -78,25 +75,24 @@ def compute_optimal_token_baseline_advantage(
             continue
         mask = response_mask[rows]
         numerator = (returns[rows] * weights[rows] * mask).sum(dim=0)
-        denominator = (weights[rows] * mask).sum(dim=0) + OTB_EPS
+        denominator = (weights[rows] * mask).sum(dim=0) + epsilon
         baselines[rows] = (numerator / denominator).unsqueeze(0).expand(len(rows), -1)
         if handle_zero_tail:
             zero_tail(baselines, rows.tolist(), mask.sum(dim=-1))
     return (returns - baselines) * response_mask, returns
 
 
-@register_adv_est("tir_optimal_token_baseline")
+@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
 @torch.no_grad()
 def compute_multi_turn_optimal_token_baseline_advantage(
-    *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray | None,
-    old_log_probs: torch.Tensor | None = None,
-    sum_pi_squared: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None,
+    sum_pi_squared: torch.Tensor | None,
     rollout_is_weights: torch.Tensor | None = None,
     handle_zero_tail: bool = True,
-    **kwargs: Any,
+    epsilon: float = OTB_EPS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """OTB for multi-turn (tool-integrated) responses: ``B_t`` pools the group's ``t``-th
     *valid* token, so the observation tokens between turns do not shift the positions.
@@ -123,7 +119,7 @@ def compute_multi_turn_optimal_token_baseline_advantage(
         rows = rows[lengths[rows] > 0]
         if len(rows) <= 1:
             continue
-        b_star = (packed_g[rows] * packed_w[rows]).sum(dim=0) / (packed_w[rows].sum(dim=0) + OTB_EPS)
+        b_star = (packed_g[rows] * packed_w[rows]).sum(dim=0) / (packed_w[rows].sum(dim=0) + epsilon)
         baselines[rows] = b_star.to(baselines.dtype)
         if handle_zero_tail:
             zero_tail(baselines, rows.tolist(), lengths[rows])

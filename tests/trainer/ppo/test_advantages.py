@@ -8,7 +8,13 @@ import torch
 from torch.testing import assert_close
 
 from verl.algorithms import advantages as adv
-from verl.algorithms.advantages import compute_advantage, get_adv_estimator_fn, register_adv_est
+from verl.algorithms.advantages import (
+    OPTIONAL_BATCH_KEYS,
+    call_adv_estimator,
+    compute_advantage,
+    get_adv_estimator_fn,
+    register_adv_est,
+)
 from verl.config.algorithm import AlgorithmConfig
 from verl.config.base import ConfigError
 from verl.protocol import DataProto
@@ -31,13 +37,30 @@ def outcome_batch(scores, lengths, width=3):
 
 
 def run(name, rewards, mask, index=None, config=None, **extra):
-    fn = get_adv_estimator_fn(name)
-    return fn(
+    """The estimator called as compute_advantage calls it (absent batch keys offered as None)."""
+    config = config or AlgorithmConfig()
+    return call_adv_estimator(
+        get_adv_estimator_fn(name),
         token_level_rewards=rewards,
         response_mask=mask,
         index=index,
-        config=config or AlgorithmConfig(),
-        **extra,
+        config=config,
+        gamma=config.gamma,
+        lam=config.lam,
+        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
+        **{**dict.fromkeys(OPTIONAL_BATCH_KEYS), **extra},
+    )
+
+
+def advantage(data, config):
+    """compute_advantage as the trainer calls it, for an algorithm config."""
+    return compute_advantage(
+        data,
+        config.adv_estimator,
+        gamma=config.gamma,
+        lam=config.lam,
+        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
+        config=config,
     )
 
 
@@ -70,7 +93,7 @@ def test_user_registered_estimator_is_picked_by_name():
     try:
         rewards, mask = outcome_batch([1.0, 0.0], [2, 1])
         data = DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask})
-        out = compute_advantage(data, AlgorithmConfig(adv_estimator="test_constant_two"))
+        out = advantage(data, AlgorithmConfig(adv_estimator="test_constant_two"))
         assert_close(out.batch["advantages"], 2.0 * mask)
         assert_close(out.batch["returns"], 3.0 * mask)
         AlgorithmConfig(adv_estimator="test_constant_two").validate("algorithm")
@@ -213,7 +236,7 @@ def test_compute_advantage_reads_the_batch_and_uids():
     data = DataProto.from_dict(
         {"token_level_rewards": rewards, "response_mask": mask}, {"uid": ["p", "p", "q"]}
     )
-    out = compute_advantage(data, AlgorithmConfig(adv_estimator="grpo", norm_adv_by_std_in_grpo=False))
+    out = advantage(data, AlgorithmConfig(adv_estimator="grpo", norm_adv_by_std_in_grpo=False))
     assert_close(out.batch["advantages"], broadcast([0.5, -0.5, 2.0], mask))
     assert_close(out.batch["returns"], broadcast([0.5, -0.5, 2.0], mask))
 
@@ -224,13 +247,13 @@ def test_compute_advantage_passes_values_and_reward_baselines():
     data = DataProto.from_dict(
         {"token_level_rewards": rewards, "response_mask": mask, "reward_baselines": torch.tensor([0.5])}
     )
-    out = compute_advantage(data, AlgorithmConfig(adv_estimator="remax"))
+    out = advantage(data, AlgorithmConfig(adv_estimator="remax"))
     assert_close(out.batch["advantages"], torch.tensor([[0.5, 0.5]]))
 
     data = DataProto.from_dict(
         {"token_level_rewards": rewards, "response_mask": mask, "values": torch.zeros(1, 2)}
     )
-    out = compute_advantage(data, AlgorithmConfig(adv_estimator="gae"))
+    out = advantage(data, AlgorithmConfig(adv_estimator="gae"))
     assert_close(out.batch["returns"], torch.tensor([[1.0, 1.0]]))  # gamma = lam = 1, V = 0
 
 
@@ -249,7 +272,7 @@ def test_pf_ppo_resamples_rows_by_reward():
     )
     config = AlgorithmConfig(adv_estimator="gae", use_pf_ppo=True)
     config.pf_ppo.reweight_method = "max_min"
-    out = compute_advantage(data, config)
+    out = advantage(data, config)
     assert out is data  # resampled in place, so callers may ignore the return value
     # max_min keeps only the best (row a) and the worst (row c) score, weight 1 each.
     assert len(out) == 4

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.testing import assert_close
 
-from verl.algorithms.advantages import get_adv_estimator_fn
+from verl.algorithms.advantages import call_adv_estimator, get_adv_estimator_fn
 from verl.config.algorithm import AlgorithmConfig
 
 MASK = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
@@ -15,8 +15,17 @@ UIDS = np.array(["a", "a", "a", "b"], dtype=object)  # "b" is a single sample
 
 
 def run(name, config=None, **extra):
-    kwargs = {"token_level_rewards": REWARDS.clone(), "response_mask": MASK, "index": UIDS}
-    return get_adv_estimator_fn(name)(**kwargs, config=config or AlgorithmConfig(), **extra)
+    """The estimator called as compute_advantage calls it."""
+    config = config or AlgorithmConfig()
+    return call_adv_estimator(
+        get_adv_estimator_fn(name),
+        token_level_rewards=REWARDS.clone(),
+        response_mask=MASK,
+        index=UIDS,
+        config=config,
+        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
+        **extra,
+    )
 
 
 def test_grpo_vectorized_equals_grpo():

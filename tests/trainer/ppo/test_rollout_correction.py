@@ -43,7 +43,7 @@ def algorithm(**correction) -> AlgorithmConfig:
 
 
 def test_compute_advantage_writes_truncated_token_weights():
-    data = compute_advantage(batch(), algorithm(rollout_is="token", rollout_is_threshold=2.0))
+    data = compute_advantage(batch(), "grpo", config=algorithm(rollout_is="token", rollout_is_threshold=2.0))
     expected = torch.tensor([[1.0, 2.0, 1.0], [math.exp(0.1), math.exp(-0.1), 0.0]])
     assert_close(data.batch["rollout_is_weights"], expected)
     assert data.meta_info["rollout_corr_metrics"]["rollout_corr/rollout_is_mean"] == pytest.approx(
@@ -52,20 +52,22 @@ def test_compute_advantage_writes_truncated_token_weights():
 
 
 def test_compute_advantage_rejects_before_the_advantages():
-    data = compute_advantage(batch(), algorithm(rollout_rs="token_k2", rollout_rs_threshold=0.1))
+    data = compute_advantage(
+        batch(), "grpo", config=algorithm(rollout_rs="token_k2", rollout_rs_threshold=0.1)
+    )
     assert "rollout_is_weights" not in data.batch.keys()
     assert_close(data.batch["response_mask"], torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]]))
     assert data.batch["advantages"][0, 1] == 0  # the rejected token gets no advantage either
 
 
 def test_disabled_correction_leaves_the_batch_alone():
-    data = compute_advantage(batch(), algorithm())
+    data = compute_advantage(batch(), "grpo", config=algorithm())
     assert "rollout_is_weights" not in data.batch.keys() and "rollout_corr_metrics" not in data.meta_info
     assert_close(data.batch["response_mask"], MASK)
 
 
 def test_bypass_mode_trains_against_the_rollout_log_probs():
-    data = compute_advantage(batch(), algorithm(bypass_mode=True))
+    data = compute_advantage(batch(), "grpo", config=algorithm(bypass_mode=True))
     assert_close(data.batch["old_log_probs"], ROLLOUT)
 
 
@@ -73,7 +75,7 @@ def test_correction_needs_rollout_log_probs():
     data = batch()
     data.batch.pop("rollout_log_probs")
     with pytest.raises(ValueError, match="calculate_log_probs"):
-        compute_advantage(data, algorithm(rollout_is="sequence"))
+        compute_advantage(data, "grpo", config=algorithm(rollout_is="sequence"))
 
 
 def micro(**extra) -> dict[str, torch.Tensor]:
@@ -147,7 +149,7 @@ BYPASS_REINFORCE = {
 def test_bypass_mode_weights_come_from_the_current_policy_inside_the_actor_loss():
     """Bypass with token weights and REINFORCE: the driver only swaps in the rollout's log-probs;
     the actor's loss is ``-A * min(pi / pi_rollout, 2) * log pi`` with pi the current policy."""
-    data = compute_advantage(batch(), algorithm(**BYPASS_REINFORCE))
+    data = compute_advantage(batch(), "grpo", config=algorithm(**BYPASS_REINFORCE))
     assert "rollout_is_weights" not in data.batch.keys()
     assert_close(data.batch["old_log_probs"], ROLLOUT)
 

@@ -68,7 +68,7 @@ def test_estimators_give_tool_tokens_no_advantage(estimator):
     rewards[0, 6], rewards[1, 5] = 1.0, 0.25  # the outcome reward sits on the last model token
     data = DataProto.from_dict({"response_mask": MASK.clone(), "token_level_rewards": rewards})
     data.non_tensor_batch["uid"] = np.array(["a", "a"], dtype=object)
-    out = compute_advantage(data, AlgorithmConfig(adv_estimator=estimator))
+    out = compute_advantage(data, estimator, config=AlgorithmConfig())
     advantages = out.batch["advantages"]
     assert (advantages[TOOL] == 0).all()
     # the model tokens before the tool turn get the return of the whole trajectory (carried across)

@@ -65,28 +65,37 @@ def test_every_name_verl_registers_is_ours_and_has_a_case(recorded):
 
 # ----------------------------------------------------------------------------- runners
 def run_adv(case: dict, x: dict) -> dict:
+    """The estimator called as verl's ``record_verl.py`` calls it: verl's positional signatures."""
+    name, fn = case["name"], get_adv_estimator_fn(case["name"])
+    rewards, mask = x["token_level_rewards"].clone(), x["response_mask"]
+    index = cases.index(case.get("uids", "uids"))
+    norm = case.get("norm_adv_by_std_in_grpo", True)
     config = AlgorithmConfig(
         gamma=case.get("gamma", 1.0),
         lam=case.get("lam", 1.0),
-        norm_adv_by_std_in_grpo=case.get("norm_adv_by_std_in_grpo", True),
+        norm_adv_by_std_in_grpo=norm,
         gdpo_reward_keys=case.get("gdpo_reward_keys"),
         gdpo_reward_weights=case.get("gdpo_reward_weights"),
     )
-    non_tensor = {k: x[k].numpy().astype(np.float32) for k in cases.GDPO_KEYS}
-    non_tensor["uid"] = cases.index(case.get("uids", "uids"))
-    advantages, returns = get_adv_estimator_fn(case["name"])(
-        token_level_rewards=x["token_level_rewards"].clone(),
-        response_mask=x["response_mask"],
-        index=non_tensor["uid"],
-        config=config,
-        values=x["values"],
-        reward_baselines=x["reward_baselines"],
-        old_log_probs=x["old_log_probs"],
-        sum_pi_squared=x["sum_pi_squared"],
-        rollout_is_weights=x["rollout_is_weights"] if case.get("with_is_weights") else None,
-        non_tensor_batch=non_tensor,
-    )
-    return {"advantages": advantages, "returns": returns}
+    if name == "gae":
+        out = fn(rewards, x["values"], mask, config.gamma, config.lam)
+    elif name in ("grpo", "grpo_vectorized"):
+        out = fn(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
+    elif name == "gdpo":
+        non_tensor = {k: x[k].numpy().astype(np.float32) for k in cases.GDPO_KEYS}
+        out = fn(
+            rewards, mask, index, norm_adv_by_std_in_grpo=norm, config=config, non_tensor_batch=non_tensor
+        )
+    elif name == "remax":
+        out = fn(rewards, x["reward_baselines"], mask, config=config)
+    elif name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        weights = x["rollout_is_weights"] if case.get("with_is_weights") else None
+        out = fn(rewards, mask, index, x["old_log_probs"], x["sum_pi_squared"], rollout_is_weights=weights)
+    elif name == "reinforce_plus_plus":
+        out = fn(rewards, mask, config=config)
+    else:
+        out = fn(rewards, mask, index, config=config)
+    return {"advantages": out[0], "returns": out[1]}
 
 
 def actor_config(settings: dict, info: dict) -> ActorConfig:

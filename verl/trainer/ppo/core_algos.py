@@ -1,9 +1,12 @@
 """verl's ``core_algos`` import path: the algorithm math, re-exported from :mod:`verl.algorithms`.
 
 verl users and recipes import estimators, losses and registries from here
-(``register_adv_est``, ``register_policy_loss``, ``agg_loss``, ...). The math itself lives in
-:mod:`verl.algorithms`, which the trainer and the workers both import:
+(``register_adv_est``, ``AdvantageEstimator``, ``register_policy_loss``, ``agg_loss``, ...), with
+verl's signatures: ``compute_gae_advantage_return(token_level_rewards, values, response_mask,
+gamma, lam)`` works positionally as in verl. The math itself lives in :mod:`verl.algorithms`,
+which the trainer and the workers both import:
 
+* :mod:`verl.algorithms.adv_registry`: the estimator registry and ``AdvantageEstimator``
 * :mod:`verl.algorithms.advantages`: advantage estimators and ``compute_advantage``
 * :mod:`verl.algorithms.policy_losses`: policy losses (``loss_mode``)
 * :mod:`verl.algorithms.kl`: KL estimators, KL controllers, the in-reward KL penalty
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from verl.algorithms.advantages import (
     ADV_ESTIMATOR_REGISTRY,
+    AdvantageEstimator,
     compute_advantage,
     compute_gae_advantage_return,
     compute_gdpo_outcome_advantage,
@@ -42,12 +46,16 @@ from verl.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
     apply_kl_penalty,
+    compute_rewards,
     get_kl_controller,
     kl_penalty,
+    kl_penalty_forward,
 )
 from verl.algorithms.loss_agg import LOSS_AGG_MODES, agg_loss, compute_entropy_loss
 from verl.algorithms.policy_losses import (
     POLICY_LOSS_REGISTRY,
+    PolicyLossFn,
+    compute_policy_loss,
     compute_policy_loss_bypass_mode,
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
@@ -73,7 +81,9 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
+    "AdvantageEstimator",
     "FixedKLController",
+    "PolicyLossFn",
     "agg_loss",
     "apply_kl_penalty",
     "compute_advantage",
@@ -88,6 +98,7 @@ __all__ = [
     "compute_opo_outcome_advantage",
     "compute_optimal_token_baseline_advantage",
     "compute_pf_ppo_reweight_data",
+    "compute_policy_loss",
     "compute_policy_loss_bypass_mode",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
@@ -104,6 +115,7 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_remax_outcome_advantage",
+    "compute_rewards",
     "compute_rloo_outcome_advantage",
     "compute_rloo_vectorized_outcome_advantage",
     "compute_rollout_correction_and_rejection_mask",
@@ -112,6 +124,7 @@ __all__ = [
     "get_kl_controller",
     "get_policy_loss_fn",
     "kl_penalty",
+    "kl_penalty_forward",
     "register_adv_est",
     "register_policy_loss",
 ]

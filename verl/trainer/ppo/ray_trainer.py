@@ -295,7 +295,14 @@ class RayPPOTrainer:
             metrics.update(kl_metrics)
         else:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-        compute_advantage(batch, algo)
+        compute_advantage(
+            batch,
+            algo.adv_estimator,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            config=algo,
+        )
         metrics.update(batch.meta_info.pop("rollout_corr_metrics", {}))
 
     def _maybe_validate(self) -> dict[str, float]:
