@@ -17,7 +17,8 @@ import torch
 
 from tests.trainer.test_algorithms_e2e import SHORT
 from verl.config.ppo_trainer import load_config
-from verl.single_controller.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -25,7 +26,6 @@ from verl.single_controller.ray import (
     release_parked_workers,
 )
 from verl.single_controller.ray.resource_pool import REUSE_ENV
-from verl.single_controller.worker import Worker
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.model import import_external_lib
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from verl.config.ppo_trainer import load_config
-from verl.single_controller import worker as worker_module
+from verl.single_controller.base import worker as worker_module
 
 
 class Joined(Exception):

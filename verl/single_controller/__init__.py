@@ -1,8 +1,14 @@
-"""The single controller: worker methods registered with dispatch modes, driven as groups."""
+"""The single controller: worker methods registered with dispatch modes, driven as groups.
 
-from verl.single_controller.decorator import Dispatch, DispatchMode, Execute, MethodSpec, register
-from verl.single_controller.worker import Worker
-from verl.single_controller.worker_group import (
+The backend-independent parts live in ``verl.single_controller.base`` (``decorator``, ``worker``,
+``worker_group``: verl's places), the Ray backend in ``verl.single_controller.ray``.
+"""
+
+from verl.single_controller.base.decorator import Dispatch, DispatchMode, Execute, MethodSpec, register
+from verl.single_controller.base.worker import Worker
+from verl.single_controller.base.worker_group import (
+    ClassWithInitArgs,
+    ResourcePool,
     WorkerDiedError,
     WorkerGroup,
     WorkerGroupError,
@@ -12,10 +18,12 @@ from verl.single_controller.worker_group import (
 )
 
 __all__ = [
+    "ClassWithInitArgs",
     "Dispatch",
     "DispatchMode",
     "Execute",
     "MethodSpec",
+    "ResourcePool",
     "Worker",
     "WorkerDiedError",
     "WorkerGroup",

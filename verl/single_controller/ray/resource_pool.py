@@ -30,6 +30,8 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
+from verl.single_controller.base.worker_group import ResourcePool
+
 __all__ = [
     "MAX_KEPT_PROCESSES",
     "REUSE_ENV",
@@ -112,45 +114,72 @@ class ResourcePoolError(RuntimeError):
     """The cluster cannot provide what a pool asks for."""
 
 
-class RayResourcePool:
+class RayResourcePool(ResourcePool):
     """Bundles for ``sum(process_on_nodes)`` worker processes.
 
     Args:
         process_on_nodes: worker processes per node (``[n_gpus_per_node] * nnodes``).
         use_gpu: one GPU per bundle; without GPUs the same code reserves CPU bundles.
         name_prefix: prefix of the placement groups' names (shown in the Ray dashboard).
-        max_colocate_count: how many separately created worker groups may share each bundle.
+        max_colocate_count: how many separately created worker groups may share each bundle (each
+            takes that share of its CPUs and GPU). Default 1 (verl's is 10): roles meant to share a
+            process are colocated in one group (``create_colocated_worker_groups``).
+        detached: verl's detached placement groups; not supported (must be ``False``).
+        accelerator_type: a custom Ray resource (``ray start --resources``) that every bundle's node
+            must have: pins the pool to those nodes.
         cpus_per_process: CPUs reserved per bundle (fractions allowed).
         size_key: the config key that sets the pool's size, named when the cluster cannot hold it.
     """
 
     def __init__(
         self,
-        process_on_nodes: list[int],
+        process_on_nodes: list[int] | None = None,
         use_gpu: bool = True,
-        name_prefix: str = "verl",
+        name_prefix: str | None = None,
         max_colocate_count: int = 1,
+        detached: bool = False,
+        accelerator_type: str | None = None,
         cpus_per_process: float = 1.0,
         size_key: str = "trainer.n_gpus_per_node",
     ) -> None:
         if not process_on_nodes or any(n <= 0 for n in process_on_nodes):
             raise ValueError(f"process_on_nodes must list a positive count per node, got {process_on_nodes}")
-        self.process_on_nodes = list(process_on_nodes)
+        if detached:
+            raise ValueError(
+                "RayResourcePool(detached=True) is not supported: a pool's placement groups end with the driver"
+            )
+        if max_colocate_count < 1:
+            raise ValueError(f"max_colocate_count must be at least 1, got {max_colocate_count}")
+        super().__init__(process_on_nodes, max_colocate_count)
         self.use_gpu = use_gpu
-        self.name_prefix = name_prefix
-        self.max_colocate_count = max_colocate_count
+        self.name_prefix = "verl" if name_prefix is None else name_prefix
+        self.detached = detached
+        self.accelerator_type = accelerator_type
         self.cpus_per_process = cpus_per_process
         self.size_key = size_key
         self._pgs: list[PlacementGroup] | None = None
+        self._groups_placed = 0
 
-    @property
-    def world_size(self) -> int:
-        return sum(self.process_on_nodes)
+    def claim_share(self) -> None:
+        """Take one of the ``max_colocate_count`` shares of every bundle for a new group of processes."""
+        if self._groups_placed >= self.max_colocate_count:
+            raise ResourcePoolError(
+                f"resource pool {self.name_prefix!r} already holds {self._groups_placed} worker group(s), its "
+                f"max_colocate_count; pass RayResourcePool(max_colocate_count=...) for more groups on it, or "
+                f"colocate the roles in one process (create_colocated_worker_cls)"
+            )
+        self._groups_placed += 1
+
+    def release_share(self) -> None:
+        """A group's processes ended: their share of the bundles is free again."""
+        self._groups_placed = max(0, self._groups_placed - 1)
 
     def bundle(self) -> dict[str, float]:
         bundle = {"CPU": self.cpus_per_process}
         if self.use_gpu:
             bundle["GPU"] = 1
+        if self.accelerator_type is not None:
+            bundle[self.accelerator_type] = 1e-4  # a token amount: only selects the nodes
         return bundle
 
     def placement_groups(self, timeout_s: float = 120.0) -> list[PlacementGroup]:
@@ -244,6 +273,19 @@ class ResourcePoolManager:
                     cpus_per_process=self.cpus_per_process,
                 )
         return self.pools
+
+    def create_resource_pool(self) -> None:
+        """verl's name: create the pools (once)."""
+        self.create_resource_pools()
+
+    @property
+    def resource_pool_dict(self) -> dict[str, RayResourcePool]:
+        """verl's name for :attr:`pools`."""
+        return self.pools
+
+    def get_n_gpus(self) -> int:
+        """Processes over all pools (one device each on GPUs)."""
+        return sum(sum(nodes) for nodes in self.resource_pool_spec.values())
 
     def get_resource_pool(self, role: str) -> RayResourcePool:
         if role not in self.mapping:

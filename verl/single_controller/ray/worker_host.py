@@ -4,7 +4,7 @@ A :class:`WorkerHost` is the Ray actor of one rank: it takes the rank's environm
 workers of the roles it carries and runs their methods. :class:`Hosts` is the driver's side of one
 pool placement: :func:`start_hosts` starts (or takes kept) processes, :func:`set_up` gives them their
 ranks and roles, and :meth:`Hosts.close` kills them or keeps clean ones for a later run. Calling the
-roles' methods is :class:`~verl.single_controller.ray.worker_group.RayWorkerGroup`'s part.
+roles' methods is :class:`~verl.single_controller.ray.base.RayWorkerGroup`'s part.
 """
 
 from __future__ import annotations
@@ -16,9 +16,17 @@ import threading
 from typing import Any
 
 import ray
+from ray.actor import ActorClass
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from verl.single_controller.base.worker import find_free_port, node_ip_address
+from verl.single_controller.base.worker_group import (
+    ClassWithInitArgs,
+    WorkerDiedError,
+    WorkerMethodError,
+    WorkerTimeoutError,
+)
 from verl.single_controller.ray.resource_pool import (
     RayResourcePool,
     keep_processes,
@@ -26,8 +34,6 @@ from verl.single_controller.ray.resource_pool import (
     reuse_enabled,
     take_kept_process,
 )
-from verl.single_controller.worker import find_free_port, node_ip_address
-from verl.single_controller.worker_group import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
 from verl.utils import stacks
 
 logger = logging.getLogger(__name__)
@@ -49,16 +55,46 @@ __all__ = [
 ]
 
 
-class RayClassWithInitArgs:
-    """A worker class and the arguments to construct it with inside its host process."""
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A worker class and the arguments to construct it with inside its host process.
 
-    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
-        self.cls = cls
-        self.args = args
-        self.kwargs = kwargs
+    ``cls`` may be the plain class or, as verl users write it, the class decorated with
+    ``@ray.remote``: the rank processes are started by the worker group, so the plain class is kept.
+    """
 
-    def instantiate(self) -> Any:
-        return self.cls(*self.args, **self.kwargs)
+    def __init__(self, cls: type | ActorClass, *args: Any, **kwargs: Any) -> None:
+        super().__init__(_plain_class(cls), *args, **kwargs)
+        self._options: dict[str, Any] = {}
+        self._additional_resource: dict[str, Any] = {}
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        """verl's Ray actor options for the rank processes; refused when a group is built from this
+        (the group starts its processes with the pool's options)."""
+        self._options.update(options)
+
+    def set_additional_resource(self, additional_resource: dict[str, Any]) -> None:
+        """verl's extra Ray resources per rank; refused when a group is built from this."""
+        self._additional_resource = dict(additional_resource)
+
+    def check_startable(self, role: str) -> None:
+        """Refuse actor options the worker group cannot honour, naming them."""
+        if self._options or self._additional_resource:
+            raise ValueError(
+                f"role {role!r}: Ray actor options {self._options or self._additional_resource} are not "
+                "supported; a rank's resources come from its RayResourcePool bundle"
+            )
+
+
+def _plain_class(cls: type | ActorClass) -> type:
+    if not isinstance(cls, ActorClass):
+        return cls
+    plain = cls.__ray_actor_class__
+    if cls._default_options:
+        raise ValueError(
+            f"{plain.__name__} is declared with @ray.remote({cls._default_options}): a rank's resources come "
+            "from its RayResourcePool bundle; declare it with a bare @ray.remote or none"
+        )
+    return plain
 
 
 class WorkerHost:
@@ -83,7 +119,7 @@ class WorkerHost:
         torch.set_num_threads(max(1, num_threads))
         self._threads_before = {t.ident for t in threading.enumerate()}
         for role, spec in roles.items():
-            self._workers[role] = spec.instantiate()
+            self._workers[role] = spec()
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def release(self) -> str:
@@ -142,6 +178,7 @@ class Hosts:
         processes: list[tuple[int, str]],
         keepable: bool = False,
         max_concurrency: int = 1,
+        pool: RayResourcePool | None = None,
     ) -> None:
         self.actors = actors
         self.pids = [pid for pid, _ in processes]
@@ -151,12 +188,18 @@ class Hosts:
         self.alive = True
         self.last_call: dict[int, Any] = {}  # rank -> its latest call (each rank runs calls in order)
         self.failed = False  # a call failed or timed out: the processes are not kept
+        self._pool = pool  # whose bundle share these processes hold (given back when they end)
 
     def kill(self) -> None:
         if self.alive:
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
-            self.alive = False
+            self._ended()
+
+    def _ended(self) -> None:
+        self.alive = False
+        if self._pool is not None:
+            self._pool.release_share()
 
     def close(self) -> None:
         """End these processes, or keep them for a later run when the pool allows it and every rank
@@ -170,7 +213,7 @@ class Hosts:
                 reasons = [f"release failed ({first_line(error)})"]
             if not any(reasons):  # kept for a later run; this group is done with them
                 keep_processes(self.actors, self.pids, self.node_ids, self.max_concurrency)
-                self.alive = False
+                self._ended()
                 return
             logger.info("worker processes not kept: %s", "; ".join(r for r in reasons if r))
         self.kill()
@@ -222,13 +265,14 @@ def start_hosts(
 
 
 def _rank_envs(resource_pool: RayResourcePool, keepable: bool) -> list[dict[str, str]]:
-    """Each rank's place in the group, as environment variables (see ``verl.single_controller.worker``)."""
+    """Each rank's place in the group, as environment variables (see ``verl.single_controller.base.worker``)."""
     world_size = resource_pool.world_size
-    local_ranks = [i for n in resource_pool.process_on_nodes for i in range(n)]
+    local_ranks, local_sizes = resource_pool.local_rank_list(), resource_pool.local_world_size_list()
     device = "cuda" if resource_pool.use_gpu else "cpu"
     envs = []
     for rank in range(world_size):
         env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_ranks[rank])}
+        env["LOCAL_WORLD_SIZE"] = str(local_sizes[rank])
         env["VERL_DEVICE"] = device
         if keepable and "OMP_NUM_THREADS" not in os.environ:
             # what Ray sets for an actor of this many CPUs (the rank holds none itself: see start_hosts)
@@ -247,9 +291,10 @@ def set_up_or_kill(
     keepable: bool,
     class_dict: dict[str, RayClassWithInitArgs],
     timeout_s: float,
+    worker_env: dict[str, str] | None = None,
 ) -> list[tuple[int, str]]:
     try:
-        return set_up(actors, resource_pool, keepable, class_dict, timeout_s)
+        return set_up(actors, resource_pool, keepable, class_dict, timeout_s, worker_env)
     except BaseException:  # no group holds these processes yet: nothing else would end them
         Hosts(actors, []).kill()
         raise
@@ -261,16 +306,17 @@ def set_up(
     keepable: bool,
     class_dict: dict[str, RayClassWithInitArgs],
     timeout_s: float,
+    worker_env: dict[str, str] | None = None,
 ) -> list[tuple[int, str]]:
-    """Give the host actors their ranks and the rendezvous address and build their roles; their
-    (process id, node id)."""
+    """Give the host actors their ranks, the rendezvous address and ``worker_env`` and build their
+    roles; their (process id, node id)."""
     master_addr, master_port = _get_or_die(
         actors[0].node_info.remote(), "node_info", 0, class_dict, timeout_s
     )
     rendezvous = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
     threads = _threads(resource_pool)
     setups = [
-        actor.setup.remote({**env, **rendezvous}, threads, class_dict)
+        actor.setup.remote({**(worker_env or {}), **env, **rendezvous}, threads, class_dict)
         for actor, env in zip(actors, _rank_envs(resource_pool, keepable))
     ]
     return [_get_or_die(ref, "__init__", rank, class_dict, timeout_s) for rank, ref in enumerate(setups)]
