@@ -13,6 +13,7 @@ from verl.config.algorithm import PolicyLossConfig
 from verl.config.base import (
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     Range,
     at_least,
@@ -32,7 +33,7 @@ so a cache built by older code is not taken for the current model."""
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(BaseConfig):
     path: str = DEFAULT_MODEL_PATH
     """Hugging Face model dir or hub id; the default is the built-in tiny model (created on first use)."""
     tokenizer_path: str | None = None
@@ -91,7 +92,7 @@ class ModelConfig:
 
 
 @dataclass
-class ActorConfig:
+class ActorConfig(BaseConfig):
     strategy: str = "fsdp"
     """Training backend: fsdp | fsdp2 (both the FSDP2 engine; one rank runs plain torch) | megatron (the
     megatron-core engine, configured by the megatron section; model_engine=megatron sets it) | veomni
@@ -189,7 +190,7 @@ class ActorConfig:
 
 
 @dataclass
-class RefConfig:
+class RefConfig(BaseConfig):
     strategy: str = II("actor_rollout_ref.actor.strategy")
     """Backend of the frozen reference policy: the actor's by default, as in verl (fsdp | fsdp2 | megatron)."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -223,7 +224,7 @@ class RefConfig:
 
 
 @dataclass
-class ActorRolloutRefConfig:
+class ActorRolloutRefConfig(BaseConfig):
     hybrid_engine: bool = True
     """Colocate actor, rollout and reference in one process per device (must stay True; for rollout on
     its own devices use trainer.mode=async)."""

@@ -17,6 +17,7 @@ from verl.config.base import (
     FRACTION,
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     at_least,
     between,
@@ -31,7 +32,7 @@ PF_PPO_METHODS = ("pow", "max_min", "max_random")
 
 
 @dataclass
-class KLControlConfig:
+class KLControlConfig(BaseConfig):
     type: str = "fixed"
     """KL coefficient controller for the in-reward penalty: fixed | adaptive (https://arxiv.org/abs/1909.08593)."""
     kl_coef: float = ranged(0.001, NON_NEGATIVE)
@@ -47,7 +48,7 @@ class KLControlConfig:
 
 
 @dataclass
-class FilterGroupsConfig:
+class FilterGroupsConfig(BaseConfig):
     enable: bool = False
     """DAPO dynamic sampling: drop prompt groups whose responses all got the same metric value."""
     metric: str | None = None
@@ -67,7 +68,7 @@ class FilterGroupsConfig:
 
 
 @dataclass
-class PFPPOConfig:
+class PFPPOConfig(BaseConfig):
     reweight_method: str = "pow"
     """How scores become resampling weights: pow (|score|^weight_pow) | max_min | max_random."""
     weight_pow: float = ranged(2.0, NON_NEGATIVE)
@@ -84,7 +85,7 @@ SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseli
 
 
 @dataclass
-class RolloutCorrectionConfig:
+class RolloutCorrectionConfig(BaseConfig):
     rollout_is: str | None = None
     """Importance weights pi_old / pi_rollout on every policy loss: null (none) | token | sequence (https://richardli.xyz/rl-collapse)."""
     rollout_is_threshold: float | int | str = 2.0
@@ -134,7 +135,7 @@ def _parsed(parse: Callable[[Any], Any], key: str, value: Any) -> Any:
 
 
 @dataclass
-class AlgorithmConfig:
+class AlgorithmConfig(BaseConfig):
     gamma: float = ranged(1.0, FRACTION)
     """Discount factor (GAE and REINFORCE++)."""
     lam: float = ranged(1.0, FRACTION)
@@ -195,7 +196,7 @@ AlgoConfig = AlgorithmConfig
 
 
 @dataclass
-class PolicyLossConfig:
+class PolicyLossConfig(BaseConfig):
     loss_mode: str = "vanilla"
     """Policy loss: vanilla | gspo | sapo | dppo_tv | dppo_kl | clip_cov | kl_cov | gpg | geo_mean | dro | cispo, or a registered name."""
     clip_cov_ratio: float = ranged(0.0002, between(0, 1, low_open=True))

@@ -11,6 +11,7 @@ from verl.config.base import (
     FRACTION,
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     at_least,
     check,
@@ -23,7 +24,7 @@ WEIGHT_TRANSPORTS = ("object_store", "filesystem")
 
 
 @dataclass
-class AsyncTrainingConfig:
+class AsyncTrainingConfig(BaseConfig):
     max_staleness: int = ranged(1, NON_NEGATIVE)
     """How many policy versions a consumed sample may lag behind the weights being trained
     (0: on-policy; the run then equals the synchronous trainer). Generation for step s starts
@@ -116,7 +117,7 @@ class AsyncTrainingConfig:
 
 
 @dataclass
-class RolloutPoolConfig:
+class RolloutPoolConfig(BaseConfig):
     """verl's ``rollout.*`` of its one-step-off and fully-async configs: the devices the rollout gets
     beside the trainer's ``trainer.nnodes x trainer.n_gpus_per_node``. Read with trainer.mode=async only
     (``python -m verl.experimental.one_step_off_policy.main_ppo`` sets it); null leaves

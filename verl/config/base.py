@@ -136,3 +136,23 @@ def check_ranges(config: Any, path: str = "") -> None:
         nullable, integer = _field_types(type(config))[f.name]
         expected = ("null or " if nullable else "") + valid.describe(integer)
         check(isinstance(value, int | float) and valid.contains(value), key, expected, value)
+
+
+class BaseConfig:
+    """verl's dict-like reading of a config dataclass, for code written against verl's configs:
+    ``cfg.get("key", default)``, ``cfg["key"]``, ``"key" in cfg``, ``cfg.keys()``. Every section of
+    the schema has it. Unlike verl's, fields stay assignable (the trainer fills in run-time values)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self else default
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(f"{type(self).__name__} has no key {key!r}; keys: {self.keys()}")
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self.keys()
+
+    def keys(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]

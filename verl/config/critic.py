@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import II
 
 from verl.config.actor import LOSS_AGG_MODES
-from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import POSITIVE, BaseConfig, at_least, check, check_choice, check_ranges, ranged
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.config.megatron import STRATEGIES, MegatronConfig, critic_megatron
 
@@ -18,7 +18,7 @@ def _critic_optim() -> OptimConfig:
 
 
 @dataclass
-class CriticModelConfig:
+class CriticModelConfig(BaseConfig):
     path: str = II("actor_rollout_ref.model.path")
     """Model the value network starts from (a value head is added on top)."""
     tokenizer_path: str = II("actor_rollout_ref.model.path")
@@ -40,7 +40,7 @@ class CriticModelConfig:
 
 
 @dataclass
-class CriticConfig:
+class CriticConfig(BaseConfig):
     rollout_n: int = ranged(II("actor_rollout_ref.rollout.n"), at_least(1))
     """Responses per prompt (to turn ppo_mini_batch_size into rows)."""
     strategy: str = "fsdp"

@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    BaseConfig,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 
 __all__ = ["CustomDatasetClassConfig", "DataConfig"]
 
@@ -18,7 +27,7 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 
 
 @dataclass
-class CustomDatasetClassConfig:
+class CustomDatasetClassConfig(BaseConfig):
     path: str | None = None
     """File that defines a dataset class to use instead of RLHFDataset (None: the built-in one)."""
     name: str | None = None
@@ -31,7 +40,7 @@ class CustomDatasetClassConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(BaseConfig):
     tokenizer: str | None = None
     """Tokenizer name or path; None uses the model's (actor_rollout_ref.model.path)."""
     use_shm: bool = False

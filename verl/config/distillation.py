@@ -21,6 +21,7 @@ from typing import Any
 from verl.config.base import (
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     Range,
     at_least,
@@ -70,7 +71,7 @@ def default_inference() -> dict[str, Any]:
 
 
 @dataclass
-class DistillationLossConfig:
+class DistillationLossConfig(BaseConfig):
     loss_mode: str = "k3"
     """An estimator of KL(student || teacher) at the sampled token (kl/k1, abs, mse/k2, low_var_kl/k3),
     or forward_kl_topk: KL(teacher || student) over the teacher's top-k tokens."""
@@ -120,7 +121,7 @@ class DistillationLossConfig:
 
 
 @dataclass
-class TeacherModelConfig:
+class TeacherModelConfig(BaseConfig):
     key: str | None = None
     """The teacher_key value of the samples this teacher scores (required with several teachers)."""
     model_path: str | None = None
@@ -139,7 +140,7 @@ class TeacherModelConfig:
 
 
 @dataclass
-class DistillationConfig:
+class DistillationConfig(BaseConfig):
     enabled: bool = False
     """Distil from the teacher(s) below while training."""
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)

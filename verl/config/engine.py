@@ -9,6 +9,7 @@ from verl.config.base import (
     FRACTION,
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     at_least,
     check,
@@ -43,7 +44,7 @@ MODEL_DTYPES = {
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(BaseConfig):
     lr: float = ranged(1e-6, NON_NEGATIVE)
     """Peak learning rate of AdamW."""
     lr_warmup_steps: int = ranged(-1, at_least(-1))
@@ -138,13 +139,13 @@ class OptimConfig:
 
 
 @dataclass
-class WrapPolicyConfig:
+class WrapPolicyConfig(BaseConfig):
     min_num_params: int = ranged(0, NON_NEGATIVE)
     """Wrap (shard separately) submodules with at least this many parameters; 0 wraps each decoder layer."""
 
 
 @dataclass
-class MixedPrecisionConfig:
+class MixedPrecisionConfig(BaseConfig):
     param_dtype: str = "bf16"
     """GPU: dtype FSDP2 gathers the weights in for forward and backward (the compute dtype): bf16 | fp32
     (fp16 is refused: it needs loss scaling, not implemented). On CPU only with ``cpu_autocast``
@@ -179,7 +180,7 @@ class MixedPrecisionConfig:
 
 
 @dataclass
-class FSDPConfig:
+class FSDPConfig(BaseConfig):
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     """Which submodules become their own FSDP unit."""
     param_offload: bool = False
@@ -217,7 +218,7 @@ class FSDPConfig:
 
 
 @dataclass
-class CheckpointConfig:
+class CheckpointConfig(BaseConfig):
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     """What a checkpoint holds: model, optimizer, extra (lr scheduler, RNG), hf_model (a loadable HF dir)."""
     load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])

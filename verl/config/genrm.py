@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, between, ranged
+from verl.config.base import NON_NEGATIVE, POSITIVE, BaseConfig, at_least, between, ranged
 
 
 @dataclass
-class DisaggregationConfig:
+class DisaggregationConfig(BaseConfig):
     enabled: bool = False
     """Separate prefill and decode replicas."""
     prefill_replicas: int = ranged(1, at_least(1))
@@ -38,7 +38,7 @@ class DisaggregationConfig:
 
 
 @dataclass
-class GenRMRolloutConfig:
+class GenRMRolloutConfig(BaseConfig):
     name: str | None = None
     """Inference engine of a generative reward model: hf | vllm | sglang (null: the reward model is a
     score head, run by the reward-model worker)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import II
 
-from verl.config.base import ConfigError, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import BaseConfig, ConfigError, at_least, check, check_choice, check_ranges, ranged
 from verl.config.keypaths import get_key
 
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
@@ -40,7 +40,7 @@ def _transformer_overrides() -> dict[str, Any]:
 
 
 @dataclass
-class MegatronConfig:
+class MegatronConfig(BaseConfig):
     tensor_model_parallel_size: int = ranged(1, at_least(1))
     """Ranks that split each layer's weights (megatron-core tensor parallelism); TP x PP must divide the
     role's ranks, and the rest is data parallelism."""

@@ -23,7 +23,7 @@ from verl.config.async_training import (
     check_gen_batch_size,
     check_hybrid_engine,
 )
-from verl.config.base import ConfigError, check, check_ranges
+from verl.config.base import BaseConfig, ConfigError, check, check_ranges
 from verl.config.compat import (
     check_known_keys,
     convert_verl_keys,
@@ -48,7 +48,7 @@ SCHEMA_NAME = "ppo_trainer_schema"
 
 
 @dataclass
-class PPOTrainerConfig:
+class PPOTrainerConfig(BaseConfig):
     data: DataConfig = field(default_factory=DataConfig)
     """Datasets and prompt handling."""
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)

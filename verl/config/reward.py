@@ -21,7 +21,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    BaseConfig,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 from verl.config.engine import FSDPConfig
 from verl.config.genrm import GenRMRolloutConfig
 from verl.config.rollout_backends import ROLLOUT_BACKENDS
@@ -37,7 +46,7 @@ __all__ = [
 
 
 @dataclass
-class RewardModelModelConfig:
+class RewardModelModelConfig(BaseConfig):
     input_tokenizer: str | None = None
     """Tokenizer that decodes the policy's responses before the reward model's chat template is
     applied; None: the policy's own tokenizer."""
@@ -61,7 +70,7 @@ class RewardModelModelConfig:
 
 
 @dataclass
-class SandboxFusionConfig:
+class SandboxFusionConfig(BaseConfig):
     url: str | None = None
     """Accepted for compatibility; no effect (no code-execution scorers ship here)."""
     max_concurrent: int = ranged(64, POSITIVE)
@@ -71,7 +80,7 @@ class SandboxFusionConfig:
 
 
 @dataclass
-class OverlongBufferConfig:
+class OverlongBufferConfig(BaseConfig):
     enable: bool = False
     """Penalise responses that run into the last `len` tokens before max_response_length (DAPO)."""
     len: int = ranged(0, NON_NEGATIVE)
@@ -92,7 +101,7 @@ class OverlongBufferConfig:
 
 
 @dataclass
-class ScoringPoolConfig:
+class ScoringPoolConfig(BaseConfig):
     num_workers: int = ranged(1, NON_NEGATIVE)
     """Scorer processes; 0 scores in the driver process (errors are still caught, timeouts are not enforced)."""
     timeout_s: float = ranged(10.0, POSITIVE)
@@ -100,7 +109,7 @@ class ScoringPoolConfig:
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(BaseConfig):
     enable: bool = False
     """Score responses with the reward model at model.path (its own worker group); False scores
     with the rule scorers / custom reward function only."""
@@ -174,7 +183,7 @@ class RewardModelConfig:
 
 
 @dataclass
-class CustomRewardFunctionConfig:
+class CustomRewardFunctionConfig(BaseConfig):
     path: str | None = None
     """Python file that defines your scorer; None uses the built-in scorers chosen by data_source."""
     name: str = "compute_score"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, ranged
+from verl.config.base import NON_NEGATIVE, BaseConfig, ranged
 from verl.config.genrm import GenRMRolloutConfig
 from verl.config.reward import SandboxFusionConfig
 
@@ -31,7 +31,7 @@ __all__ = ["RewardConfig"]
 
 
 @dataclass
-class RewardFunctionConfig:
+class RewardFunctionConfig(BaseConfig):
     path: str | None = None
     """Python file that defines your scorer; converted to custom_reward_function.path."""
     name: str | None = None
@@ -41,7 +41,7 @@ class RewardFunctionConfig:
 
 
 @dataclass
-class ModuleConfig:
+class ModuleConfig(BaseConfig):
     path: str | None = None
     """verl: file of a reward manager for source=importlib (refused: source must be register)."""
     name: str = "custom_reward_manager"
@@ -49,7 +49,7 @@ class ModuleConfig:
 
 
 @dataclass
-class RewardManagerConfig:
+class RewardManagerConfig(BaseConfig):
     source: str = "register"
     """Where the manager class comes from: register (by name; the only one supported here)."""
     name: str | None = None
@@ -59,7 +59,7 @@ class RewardManagerConfig:
 
 
 @dataclass
-class RewardModelWorkerConfig:
+class RewardModelWorkerConfig(BaseConfig):
     enable: bool | None = None
     """Score with a reward model; converted to reward_model.enable."""
     enable_resource_pool: bool | None = None
@@ -75,7 +75,7 @@ class RewardModelWorkerConfig:
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(BaseConfig):
     num_workers: int | None = ranged(None, NON_NEGATIVE)
     """verl: reward workers scoring in parallel; converted to reward_model.scoring.num_workers."""
     custom_reward_function: RewardFunctionConfig = field(default_factory=RewardFunctionConfig)

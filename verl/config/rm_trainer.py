@@ -12,7 +12,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from verl.config.base import POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import POSITIVE, BaseConfig, at_least, check, check_choice, check_ranges, ranged
 from verl.config.megatron import MEGATRON
 from verl.config.sft_trainer import SFT_INERT_KEYS, TRUNCATIONS, SFTTrainerConfig
 
@@ -20,7 +20,7 @@ RM_SCHEMA_NAME = "rm_trainer_schema"
 
 
 @dataclass
-class RMDataConfig:
+class RMDataConfig(BaseConfig):
     train_files: Any = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}/data/arith/pref_train.parquet"
     """Training parquet file(s): a path or a list; each row is a preference pair."""
     val_files: Any = None

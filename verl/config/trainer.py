@@ -5,13 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.config.base import NON_NEGATIVE, POSITIVE, at_least, check, check_choice, check_ranges, ranged
+from verl.config.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    BaseConfig,
+    at_least,
+    check,
+    check_choice,
+    check_ranges,
+    ranged,
+)
 
 LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(BaseConfig):
     mode: str = "sync"
     """sync (the hybrid engine: rollout and actor share devices and take turns) | async (rollout on
     its own pool, generating ahead of the trainer; see the async_training section)."""
@@ -122,7 +131,7 @@ class TrainerConfig:
 
 
 @dataclass
-class RayInitConfig:
+class RayInitConfig(BaseConfig):
     num_cpus: int | None = ranged(None, at_least(1))
     """CPUs Ray may use on this machine (null: all)."""
     address: str | None = None
