@@ -19,6 +19,7 @@ import torch
 
 __all__ = [
     "DRIVER_FILE",
+    "POINTER_FILE",
     "STEP_DIR",
     "CheckpointReadError",
     "find_truncated_dcp_file",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 DRIVER_FILE = "driver.pt"
+POINTER_FILE = "latest_checkpointed_iteration.txt"
+"""In a run's checkpoint root: the number of the newest complete ``global_step_N``, written last."""
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 

@@ -7,8 +7,12 @@ the well-known implementation.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
 
 # Added to every masked denominator so an all-zero mask gives 0 instead of NaN.
 MASK_EPS = 1e-8
@@ -111,3 +115,55 @@ def get_response_mask(
     eos = torch.isin(response_ids, torch.tensor(eos_token, device=response_ids.device)).int()
     # cumsum - eos counts the EOS tokens strictly before each position.
     return (eos.cumsum(dim=1) - eos).eq(0).to(dtype)
+
+
+def pad_sequence_to_length(
+    tensors: torch.Tensor, max_seq_len: int, pad_token_id: int | float, left_pad: bool = False
+) -> torch.Tensor:
+    """Pad the last axis of ``tensors`` with ``pad_token_id`` up to ``max_seq_len`` (on the left with
+    ``left_pad``); a tensor already that long or longer comes back unchanged."""
+    missing = max_seq_len - tensors.shape[-1]
+    if missing <= 0:
+        return tensors
+    return F.pad(tensors, (missing, 0) if left_pad else (0, missing), "constant", pad_token_id)
+
+
+# ---------------------------------------------------------------------------- LR schedules
+def get_constant_schedule_with_warmup(
+    optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1
+) -> LambdaLR:
+    """The optimizer's LR times ``step / num_warmup_steps`` during warmup, then times 1."""
+
+    def factor(step: int) -> float:
+        return step / max(1.0, num_warmup_steps) if step < num_warmup_steps else 1.0
+
+    return LambdaLR(optimizer, factor, last_epoch)
+
+
+def get_cosine_schedule_with_warmup(
+    optimizer: Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+    init_lr_ratio: float | None = None,
+) -> LambdaLR:
+    """Linear warmup from ``init_lr_ratio`` (default 0) to 1, then a cosine from 1 down to
+    ``min_lr_ratio`` over the remaining steps (``num_cycles=0.5``: half a period), never below it:
+    ``max(m, m + (1 - m) * (1 + cos(2 pi num_cycles progress)) / 2)``."""
+    floor = min_lr_ratio or 0.0
+    start = init_lr_ratio or 0.0
+    if not (0.0 <= floor <= 1.0 and 0.0 <= start <= 1.0):
+        raise ValueError(
+            f"min_lr_ratio and init_lr_ratio must lie in [0, 1], got {min_lr_ratio}, {init_lr_ratio}"
+        )
+
+    def factor(step: int) -> float:
+        if step < num_warmup_steps:
+            return start + (1.0 - start) * step / max(1, num_warmup_steps)
+        progress = (step - num_warmup_steps) / max(1, num_training_steps - num_warmup_steps)
+        cosine = math.cos(2.0 * math.pi * num_cycles * progress)
+        return max(floor, floor + (1.0 - floor) * 0.5 * (1.0 + cosine))
+
+    return LambdaLR(optimizer, factor, last_epoch)

@@ -281,21 +281,22 @@ def _check_backends(backends: Iterable[str]) -> list[str]:
 
 
 class Tracking:
-    """Log metrics to every backend in ``backends`` (see the module doc for where each writes).
+    """Log metrics to every backend in ``default_backend`` (see the module doc for where each writes).
 
-    ``backends`` is a name or a list of names from :data:`VALID_BACKENDS`; ``config`` (a
-    dataclass, an OmegaConf config or a dict) is recorded by wandb and mlflow.
+    verl's constructor, ``Tracking(project_name, experiment_name, default_backend="console",
+    config=None)``: ``default_backend`` is a name or a list of names from :data:`VALID_BACKENDS`;
+    ``config`` (a dataclass, an OmegaConf config or a dict) is recorded by wandb and mlflow.
     """
 
     def __init__(
         self,
         project_name: str,
         experiment_name: str,
-        backends: str | list[str],
+        default_backend: str | list[str] = "console",
         config: Any = None,
         log_dir: str | os.PathLike | None = None,
     ):
-        names = _check_backends([backends] if isinstance(backends, str) else backends)
+        names = _check_backends([default_backend] if isinstance(default_backend, str) else default_backend)
         self.log_dir = Path(log_dir) if log_dir is not None else Path("logs") / project_name / experiment_name
         plain = _plain_config(config)
         self.backends: dict[str, Any] = {}
@@ -318,13 +319,21 @@ class Tracking:
             return _Wandb(project, experiment, config, self.log_dir)
         return _Mlflow(project, experiment, config, self.log_dir)
 
-    def log(self, data: Mapping[str, Any], step: int) -> None:
-        """Log one step's flat metrics (``{"critic/score/mean": 0.5, ...}``) to every backend."""
+    @property
+    def logger(self) -> dict[str, Any]:
+        """Backend name -> its logger (verl's attribute name)."""
+        return self.backends
+
+    def log(self, data: Mapping[str, Any], step: int, backend: str | list[str] | None = None) -> None:
+        """Log one step's flat metrics (``{"critic/score/mean": 0.5, ...}``) to every backend, or to
+        those named by ``backend``."""
         if self._finished:
             raise TrackingError("Tracking.log() called after finish()")
         scalars = to_scalars(data)
-        for backend in self.backends.values():
-            backend.log(scalars, int(step))
+        chosen = [backend] if isinstance(backend, str) else backend
+        for name, logger in self.backends.items():
+            if chosen is None or name in chosen:
+                logger.log(scalars, int(step))
 
     def log_generations(self, samples: list[Sample], step: int) -> None:
         """Log (input, output, score) samples: a jsonl file, a wandb table, TensorBoard text, ..."""

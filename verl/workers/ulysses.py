@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from verl.protocol import DataProto
+from verl.utils.ulysses import SeqAllToAll, set_ulysses_sequence_parallel_group
 
 
 @dataclass
@@ -71,10 +72,12 @@ def sequence_parallel(group: dist.ProcessGroup | None) -> Iterator[None]:
         return
     previous = _ACTIVE
     _ACTIVE = _Active(group, dist.get_world_size(group), dist.get_rank(group))
+    set_ulysses_sequence_parallel_group(group)  # verl's helpers (verl.utils.ulysses) see it too
     try:
         yield
     finally:
         _ACTIVE = previous
+        set_ulysses_sequence_parallel_group(previous.group if previous is not None else None)
 
 
 def active() -> bool:
@@ -99,30 +102,7 @@ def own_share(out: DataProto, group: dist.ProcessGroup | None) -> DataProto:
     return out.chunk(size)[rank]
 
 
-# ---------------------------------------------------------------------- collectives with autograd
-class _AllToAll(torch.autograd.Function):
-    """Split ``x`` into the group's ranks along ``scatter_dim``, send part ``j`` to rank ``j``, and
-    join what arrives along ``gather_dim``; the backward is the same exchange the other way."""
-
-    @staticmethod
-    def forward(ctx, x, group, scatter_dim: int, gather_dim: int):
-        ctx.group, ctx.dims = group, (scatter_dim, gather_dim)
-        return _all_to_all(x, group, scatter_dim, gather_dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        scatter_dim, gather_dim = ctx.dims
-        return _all_to_all(grad, ctx.group, gather_dim, scatter_dim), None, None, None
-
-
-def _all_to_all(x: torch.Tensor, group, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    size = dist.get_world_size(group)
-    sends = [part.contiguous() for part in x.chunk(size, dim=scatter_dim)]
-    receives = [torch.empty_like(sends[0]) for _ in range(size)]
-    dist.all_to_all(receives, sends, group=group)
-    return torch.cat(receives, dim=gather_dim)
-
-
+# ---------------------------------------------------------------------- gathering outputs (autograd)
 class _GatherRows(torch.autograd.Function):
     """Every rank's rows (their counts may differ), concatenated in rank order. Every rank then
     computes the same loss from them, so the gradient of a rank's own rows is its slice of the
@@ -220,8 +200,8 @@ def attention(inner, query, key, value, scaling):
     if kv_heads % size:  # repeat the shared key/value heads to one per query head
         key, value = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (key, value))
     # [1, heads, my tokens, D] -> [1, my heads, all tokens, D]
-    query, key, value = (_AllToAll.apply(t, state.group, 1, 2) for t in (query, key, value))
+    query, key, value = (SeqAllToAll.apply(state.group, t, 1, 2) for t in (query, key, value))
     out = inner(
         query, key, value, state.cu_seqlens, state.max_seqlen, scaling
     )  # [1, all tokens, my heads, D]
-    return _AllToAll.apply(out, state.group, 1, 2)  # [1, my tokens, heads, D]
+    return SeqAllToAll.apply(state.group, out, 1, 2)  # [1, my tokens, heads, D]

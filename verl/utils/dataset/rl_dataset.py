@@ -19,18 +19,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.data import DataConfig
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
 from verl.utils.dataset.vision import check_media, image_messages
 
-__all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "truncate_ids"]
+__all__ = ["RLHFDataset", "as_data_config", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,21 +100,44 @@ def truncate_ids(ids: list[int], max_length: int, mode: str, location: str) -> l
     )
 
 
+def as_data_config(config: Any) -> DataConfig:
+    """``config`` as a :class:`DataConfig`: verl passes its ``data`` section as an OmegaConf
+    ``DictConfig`` (or a dict); missing keys take the schema's defaults, an unknown key is an error."""
+    if isinstance(config, DataConfig):
+        return config
+    if config is None:
+        return DataConfig()
+    if not isinstance(config, Mapping) and not type(config).__module__.startswith("omegaconf"):
+        raise TypeError(
+            f"RLHFDataset config: expected a DataConfig, a dict or a DictConfig, got {type(config).__name__}"
+        )
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), config)
+    except OmegaConfBaseException as err:
+        raise DatasetError(f"RLHFDataset config: {err}".splitlines()[0]) from err
+    typed = OmegaConf.to_object(merged)
+    typed.validate("data")
+    return typed
+
+
 class RLHFDataset(torch.utils.data.Dataset):
-    """Prompt rows of one or more parquet files (concatenated in order)."""
+    """Prompt rows of one or more parquet files (concatenated in order).
+
+    verl's constructor: ``RLHFDataset(data_files, tokenizer, config, processor=None)``, where
+    ``config`` is the ``data`` section (a :class:`DataConfig`, or a dict / DictConfig of its keys)."""
 
     def __init__(
         self,
         data_files: str | Sequence[str],
         tokenizer: Any,
-        config: DataConfig,
+        config: DataConfig | Mapping[str, Any],
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
         self.processor = processor  # a VisionProcessor for a vision-language model, else None
         self.files = _file_list(data_files)
         self.tokenizer = tokenizer
-        self.config = config
+        self.config = config = as_data_config(config)
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )

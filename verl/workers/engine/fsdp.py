@@ -19,26 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
-    get_state_dict,
     set_model_state_dict,
-    set_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from verl.config.engine import MODEL_DTYPES, FSDPConfig, OptimConfig
-from verl.utils.checkpoint_io import find_truncated_dcp_file, read_error, torch_load
+from verl.utils.checkpoint.sharded import load_sharded, save_sharded
+from verl.utils.fsdp_utils import move_optimizer_state
 from verl.workers.engine.base import ForwardFn, LossFn, MicroBatch, TrainEngine
 from verl.workers.engine.lora import (
     ADAPTER,
@@ -110,15 +106,6 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 SHARD_ONE_GPU = True
 """Whether a single CUDA rank runs under FSDP2 too (else: the plain module under CUDA autocast)."""
-
-
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str) -> None:
-    """The optimizer's state tensors (AdamW's moments) onto ``device``; scalars (AdamW's step count,
-    which it keeps on the CPU) stay where they are."""
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0:
-                state[key] = value.to(device)
 
 
 class FSDPEngine(TrainEngine):
@@ -290,52 +277,13 @@ class FSDPEngine(TrainEngine):
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str, contents: list[str]) -> None:
-        state = self._dcp_state(contents)
-        if state:
-            dcp.save(state, checkpoint_id=folder)
-        if "extra" in contents and self.lr_scheduler is not None:
-            torch.save(
-                {"lr_scheduler": self.lr_scheduler.state_dict()},
-                os.path.join(folder, f"extra_rank_{self.rank}.pt"),
-            )
+        options = self._state_options()
+        save_sharded(folder, self.module, self.optimizer, self.lr_scheduler, contents, self.rank, options)
 
     def load(self, folder: str, contents: list[str]) -> None:
-        state = self._dcp_state(contents)
-        if state:
-            try:
-                dcp.load(state, checkpoint_id=folder)
-            except (Exception, CheckpointException) as error:  # the latter is a BaseException
-                culprit = find_truncated_dcp_file(folder)
-                if culprit is None:
-                    raise
-                raise read_error(culprit, error) from error
-            model_sd = state.get("model")
-            optim_sd = state.get("optimizer")
-            options = self._state_options()
-            if optim_sd is not None:
-                set_state_dict(
-                    self.module,
-                    self.optimizer,
-                    model_state_dict=model_sd,
-                    optim_state_dict=optim_sd,
-                    options=options,
-                )
-            elif model_sd is not None:
-                set_model_state_dict(self.module, model_sd, options=options)
-        extra = os.path.join(folder, f"extra_rank_{self.rank}.pt")
-        if "extra" in contents and self.lr_scheduler is not None and os.path.exists(extra):
-            self.lr_scheduler.load_state_dict(torch_load(extra)["lr_scheduler"])
+        options = self._state_options()
+        load_sharded(folder, self.module, self.optimizer, self.lr_scheduler, contents, self.rank, options)
 
     def _state_options(self) -> StateDictOptions:
         """With LoRA a checkpoint holds the adapters only: the frozen base comes from model.path."""
         return StateDictOptions(ignore_frozen_params=True, strict=False) if self.lora else StateDictOptions()
-
-    def _dcp_state(self, contents: list[str]) -> dict:
-        optimizers = [self.optimizer] if self.optimizer is not None and "optimizer" in contents else []
-        model_sd, optim_sd = get_state_dict(self.module, optimizers, options=self._state_options())
-        state = {}
-        if "model" in contents:
-            state["model"] = model_sd
-        if optimizers:
-            state["optimizer"] = optim_sd
-        return state

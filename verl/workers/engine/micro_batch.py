@@ -8,7 +8,6 @@ forever for the rank that ran out of micro-batches).
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -16,8 +15,12 @@ import torch
 import torch.distributed as dist
 
 from verl.protocol import DataProto
+from verl.utils.seqlen_balancing import balanced_partitions, equal_size_partitions, restore_order
 from verl.workers.engine.base import MicroBatch
 from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
+
+# the partitioners live in verl.utils.seqlen_balancing; importers of this module still find them here
+__all__ = ["balanced_partitions", "equal_size_partitions", "restore_order", "split_micro_batches"]
 
 
 def split_micro_batches(
@@ -53,40 +56,3 @@ def _agreed_count(k: int, n_rows: int) -> int:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         k = int(t.item())
     return min(k, n_rows) if n_rows else 1
-
-
-def balanced_partitions(weights: list[float], k: int) -> list[np.ndarray]:
-    """Greedy longest-first partition of row indices into ``k`` non-empty groups of similar weight."""
-    k = max(1, min(k, len(weights)))
-    heap = [(0.0, i) for i in range(k)]
-    groups: list[list[int]] = [[] for _ in range(k)]
-    for idx in sorted(range(len(weights)), key=lambda i: -weights[i]):
-        load, g = heapq.heappop(heap)
-        groups[g].append(idx)
-        heapq.heappush(heap, (load + weights[idx], g))
-    return [np.array(sorted(g), dtype=np.int64) for g in groups if g]
-
-
-def restore_order(outputs: list[torch.Tensor], groups: list[np.ndarray]) -> torch.Tensor:
-    """Concatenate per-micro-batch outputs back into the rows' original order."""
-    merged = torch.cat(outputs, dim=0)
-    order = torch.as_tensor(np.concatenate(groups))
-    result = torch.empty_like(merged)
-    result[order] = merged
-    return result
-
-
-def equal_size_partitions(weights: list[float], k: int) -> list[np.ndarray]:
-    """``k`` groups of exactly ``len(weights) / k`` indices with similar total weight.
-
-    Rows sorted by weight are dealt in snake order (0..k-1, k-1..0, ...), which keeps the
-    counts equal (data-parallel chunks must be) and the sums close.
-    """
-    n = len(weights)
-    if k <= 0 or n % k:
-        raise ValueError(f"cannot split {n} rows into {k} equal groups")
-    groups: list[list[int]] = [[] for _ in range(k)]
-    for position, idx in enumerate(sorted(range(n), key=lambda i: -weights[i])):
-        lap, offset = divmod(position, k)
-        groups[offset if lap % 2 == 0 else k - 1 - offset].append(idx)
-    return [np.array(sorted(g), dtype=np.int64) for g in groups]
