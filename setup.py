@@ -11,6 +11,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
+VERSION = (HERE / "verl" / "version" / "version").read_text().strip()  # also read by verl/__init__.py
 
 
 def read_requirements(name: str) -> list[str]:
@@ -34,13 +35,21 @@ EXTRAS = {
 
 setup(
     name="verl",
-    version="0.1.0",
+    version=VERSION,
     description="RL post-training for language models in the HybridFlow style (PPO, GRPO, async).",
     long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["verl", "verl.*"]),
-    package_data={"verl": ["trainer/config/*.yaml", "trainer/config/*/*.yaml", "config/*.json", "py.typed"]},
+    package_data={
+        "verl": [
+            "version/version",
+            "trainer/config/*.yaml",
+            "trainer/config/*/*.yaml",
+            "config/*.json",
+            "py.typed",
+        ]
+    },
     install_requires=read_requirements("requirements.txt"),
     extras_require=EXTRAS,
 )

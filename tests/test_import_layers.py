@@ -10,6 +10,7 @@ only and do not count. Two checks:
   imports nothing of ``verl``; the config sits above it; data (datasets, reward scorers) above the
   config; workers above that; the trainer on top of the library; the built-in tasks and models above
   the library; the entry points (``main_ppo``, the SFT/RM trainers, ``doctor``) above everything.
+  The package's root (``verl/__init__.py``) imports the protocol only (``from verl import DataProto``).
 * **No module cycle** among all of ``verl``'s modules.
 """
 
@@ -29,7 +30,10 @@ LAYERS = {
     "verl.utils.dataset": "data",
     "verl.utils.reward_score": "data",
     "verl.protocol": "protocol",
+    "verl.protocol_ops": "protocol",
+    "verl.protocol_future": "protocol",
     "verl.keys": "protocol",
+    "verl.base_config": "config",
     "verl.algorithms": "algorithms",
     "verl.tools": "tools",
     "verl.config": "config",
@@ -66,7 +70,7 @@ LIBRARY = (
     "trainer",
 )
 MAY_IMPORT = {
-    "root": (),
+    "root": ("protocol",),  # `from verl import DataProto`, loaded on first use
     "utils": (),
     "protocol": ("utils",),
     "algorithms": ("utils",),

@@ -105,7 +105,9 @@ def test_pickle_and_disk_round_trip(tmp_path):
 
 def test_indexing_forms():
     data = make(5)
-    assert data[2].non_tensor_batch["uid"].tolist() == ["u2"]
+    row = data[2]  # one row, as verl gives it: the row's tensors and values, no batch dimension
+    assert row.non_tensor_batch["uid"] == "u2" and row.batch["ids"].tolist() == [6, 7, 8]
+    assert data[[2]].non_tensor_batch["uid"].tolist() == ["u2"]
     assert data[1:3].non_tensor_batch["uid"].tolist() == ["u1", "u2"]
     mask = torch.tensor([True, False, True, False, False])
     assert data[mask].non_tensor_batch["uid"].tolist() == ["u0", "u2"]

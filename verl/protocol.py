@@ -3,10 +3,14 @@
 A ``DataProto`` holds three things with one common batch dimension:
 
 * ``batch``: a ``tensordict.TensorDict`` of tensors (token ids, masks, log-probs, ...);
-* ``non_tensor_batch``: a dict of 1-D numpy object arrays (``uid``, ``data_source``, ...);
-* ``meta_info``: a plain dict that is not split along the batch (temperature, step, ...).
+* ``non_tensor_batch``: a dict of numpy arrays, one row per sample (``uid``, ``data_source``, ...);
+* ``meta_info``: a plain dict that is not split along the batch (temperature, step, ...). Its
+  ``"metrics"`` entry is special: :meth:`DataProto.concat` gathers the parts' metrics into one list per
+  key (a worker group's ranks each report theirs), where other keys must agree.
 
-The keys that travel through the PPO dataflow are listed in :mod:`verl.keys`.
+The keys that travel through the PPO dataflow are listed in :mod:`verl.keys`. The functions this
+class is built from, and verl's module-level ones, are in :mod:`verl.protocol_ops`;
+:class:`DataProtoFuture` is in :mod:`verl.protocol_future`. All are importable from here.
 
 Transfer through Ray is cheap: tensors are pickled as numpy buffers, which Ray's
 pickle-5 serializer moves out of band through the shared-memory object store instead
@@ -17,9 +21,7 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,21 +29,58 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["DataProto", "DataProtoError", "pad_dataproto_to_divisor", "unpad_dataproto"]
+from verl.protocol_future import DataProtoFuture
+from verl.protocol_ops import (
+    DataProtoConfig,
+    DataProtoError,
+    all_gather_data_proto,
+    as_column,
+    data_info,
+    decode_tensor,
+    encode_tensor,
+    fold_batch_dim,
+    list_of_dict_to_dict_of_list,
+    load_pickled,
+    merge_meta_info,
+    mini_batches,
+    pad_dataproto_to_divisor,
+    save_atomically,
+    size_message,
+    tensordict_parts,
+    to_tensordict,
+    unfold_batch_dim,
+    unfold_column_chunks,
+    union_meta_info,
+    union_numpy_dict,
+    union_tensor_dict,
+    unpad_dataproto,
+)
+
+__all__ = [
+    "DataProto",
+    "DataProtoConfig",
+    "DataProtoError",
+    "DataProtoFuture",
+    "DataProtoItem",
+    "all_gather_data_proto",
+    "fold_batch_dim",
+    "list_of_dict_to_dict_of_list",
+    "pad_dataproto_to_divisor",
+    "unfold_batch_dim",
+    "unfold_column_chunks",
+    "union_numpy_dict",
+    "union_tensor_dict",
+    "unpad_dataproto",
+]
 
 
-class DataProtoError(ValueError):
-    """A batch operation got inputs it cannot combine (sizes, keys, types)."""
+@dataclass
+class DataProtoItem:
+    """One row of a ``DataProto`` (``data[i]``): its tensors, its column values and the batch's meta."""
 
-
-def _as_object_array(values: Any, key: str) -> np.ndarray:
-    if isinstance(values, np.ndarray) and values.ndim == 1:
-        return values
-    if isinstance(values, np.ndarray):
-        raise DataProtoError(f"non_tensor_batch[{key!r}] must be 1-D, got shape {values.shape}")
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values)
-    return out
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
 
 
 def _batch_len(batch: TensorDict | None, non_tensor: dict[str, np.ndarray]) -> int:
@@ -57,11 +96,12 @@ class DataProto:
     """A batch of samples: tensors, non-tensor columns and un-split meta information."""
 
     batch: TensorDict | None = None
-    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
-    meta_info: dict[str, Any] = field(default_factory=dict)
+    non_tensor_batch: dict[str, np.ndarray] | None = field(default_factory=dict)
+    meta_info: dict[str, Any] | None = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.non_tensor_batch = {k: _as_object_array(v, k) for k, v in self.non_tensor_batch.items()}
+        self.non_tensor_batch = {k: as_column(v, k) for k, v in (self.non_tensor_batch or {}).items()}
+        self.meta_info = {} if self.meta_info is None else self.meta_info
         self.check_consistency()
 
     # ------------------------------------------------------------------ building
@@ -71,8 +111,14 @@ class DataProto:
         tensors: dict[str, torch.Tensor] | None = None,
         non_tensors: dict[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
-        """Build from plain dicts; all tensors and columns must share their first dimension."""
+        """Build from plain dicts; all tensors and columns must share their first dimension (the one
+        batch dimension: ``num_batch_dims`` is verl's argument and must be 1). ``auto_padding``
+        lets this batch be chunked into parts of unequal size."""
+        if num_batch_dims != 1:
+            raise DataProtoError(f"a DataProto has one batch dimension, got num_batch_dims={num_batch_dims}")
         tensors = tensors or {}
         batch = None
         if tensors:
@@ -81,14 +127,33 @@ class DataProto:
             if len(distinct) != 1 or None in distinct:
                 raise DataProtoError(f"tensors must share a non-empty first dimension, got sizes {sizes}")
             batch = TensorDict(dict(tensors), batch_size=[distinct.pop()])
-        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=dict(meta_info or {}))
+        meta_info = dict(meta_info or {})
+        if auto_padding:
+            meta_info[DataProtoConfig.auto_padding_key] = True
+        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=meta_info)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
+    def from_single_dict(
+        cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None, auto_padding: bool = False
+    ) -> DataProto:
         """Build from one dict, sending tensors to ``batch`` and everything else to ``non_tensor_batch``."""
         tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
         non_tensors = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
-        return cls.from_dict(tensors, non_tensors, meta_info)
+        return cls.from_dict(tensors, non_tensors, meta_info, auto_padding=auto_padding)
+
+    @classmethod
+    def from_tensordict(
+        cls, tensor_dict: TensorDict, meta_info: dict[str, Any] | None = None, num_batch_dims: int = 1
+    ) -> DataProto:
+        """The inverse of :meth:`to_tensordict`: tensors to ``batch``, stacked non-tensor entries to
+        ``non_tensor_batch``, single non-tensor entries to ``meta_info`` (after ``meta_info``'s)."""
+        tensors, columns, meta = tensordict_parts(tensor_dict)
+        return cls.from_dict(tensors, columns, {**(meta_info or {}), **meta}, num_batch_dims)
+
+    def to_tensordict(self) -> TensorDict:
+        """One ``TensorDict`` (verl's layout for its newer workers): the tensors, each column as a
+        ``NonTensorStack``, each ``meta_info`` entry as ``NonTensorData``; a key may be in one part only."""
+        return to_tensordict(self)
 
     def check_consistency(self) -> None:
         """Raise ``DataProtoError`` naming the first column whose length differs from the batch."""
@@ -103,10 +168,15 @@ class DataProto:
     def __len__(self) -> int:
         return _batch_len(self.batch, self.non_tensor_batch)
 
-    def __getitem__(self, item: int | slice | Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
-        """Rows by int, slice, index list/array/tensor or boolean mask; always a ``DataProto``."""
-        if isinstance(item, int):
-            item = slice(item, item + 1) if item != -1 else slice(-1, None)
+    def __getitem__(
+        self, item: int | slice | Sequence[int] | np.ndarray | torch.Tensor
+    ) -> DataProto | DataProtoItem:
+        """One row (an int) as a :class:`DataProtoItem`, as in verl; rows by slice, index list, array,
+        tensor or boolean mask as a ``DataProto``."""
+        if isinstance(item, int | np.integer):
+            batch = self.batch[int(item)] if self.batch is not None else None
+            row = {k: v[item] for k, v in self.non_tensor_batch.items()}
+            return DataProtoItem(batch=batch, non_tensor_batch=row, meta_info=self.meta_info)
         return self.select_idxs(item)
 
     def select_idxs(self, idxs: slice | Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
@@ -121,7 +191,7 @@ class DataProto:
             np_idx = t_idx.numpy()
         batch = self.batch[t_idx] if self.batch is not None else None
         non_tensor = {k: v[np_idx] for k, v in self.non_tensor_batch.items()}
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
 
     def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
         return self.select_idxs(slice(start, end, step))
@@ -144,16 +214,13 @@ class DataProto:
             batch = batch.select(*self._require(batch_keys, batch.keys(), "batch"))
         non_tensor = self.non_tensor_batch
         if non_tensor_batch_keys is not None:
-            keys = self._require(non_tensor_batch_keys, non_tensor.keys(), "non_tensor_batch")
-            non_tensor = {k: non_tensor[k] for k in keys}
-        else:
-            non_tensor = dict(non_tensor)
+            non_tensor = {
+                k: non_tensor[k] for k in self._require(non_tensor_batch_keys, non_tensor, "non_tensor_batch")
+            }
         meta = self.meta_info
         if meta_info_keys is not None:
             meta = {k: meta[k] for k in self._require(meta_info_keys, meta.keys(), "meta_info")}
-        else:
-            meta = dict(meta)
-        out = DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        out = type(self)(batch=batch, non_tensor_batch=dict(non_tensor), meta_info=dict(meta))
         return copy.deepcopy(out) if deepcopy else out
 
     def pop(
@@ -176,7 +243,7 @@ class DataProto:
             keys = self._require(meta_info_keys, self.meta_info.keys(), "meta_info")
             meta = {k: self.meta_info.pop(k) for k in keys}
         batch = TensorDict(tensors, batch_size=[len(self)]) if tensors else None
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
 
     @staticmethod
     def _require(wanted: Iterable[str], have: Iterable[str], part: str) -> list[str]:
@@ -197,38 +264,47 @@ class DataProto:
 
     # ------------------------------------------------------------------ combining
     def union(self, other: DataProto) -> DataProto:
-        """Merge ``other`` into ``self`` in place; a key present in both must hold equal values."""
+        """Merge ``other`` into ``self`` in place and return ``self``; a key present in both must
+        hold equal values."""
         if len(self) != len(other) and len(self) and len(other):
             raise DataProtoError(f"union needs equal batch sizes, got {len(self)} and {len(other)}")
         if other.batch is not None:
-            if self.batch is None:
-                self.batch = other.batch
-            else:
-                for key, value in other.batch.items():
-                    if key in self.batch and not torch.equal(self.batch[key], value):
-                        raise DataProtoError(f"union: batch key {key!r} exists in both with different values")
-                    self.batch[key] = value
-        for key, value in other.non_tensor_batch.items():
-            mine = self.non_tensor_batch.get(key)
-            if mine is not None and not _object_arrays_equal(mine, value):
-                raise DataProtoError(
-                    f"union: non_tensor_batch key {key!r} exists in both with different values"
-                )
-            self.non_tensor_batch[key] = value
-        for key, value in other.meta_info.items():
-            if key in self.meta_info and not _values_equal(self.meta_info[key], value):
-                raise DataProtoError(f"union: meta_info key {key!r} exists in both with different values")
-            self.meta_info[key] = value
+            self.batch = other.batch if self.batch is None else union_tensor_dict(self.batch, other.batch)
+        union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
+        union_meta_info(self.meta_info, other.meta_info)
         return self
 
+    def is_padding_enabled(self) -> bool:
+        """Whether this batch may be chunked unevenly (its ``from_dict(auto_padding=True)`` or
+        :class:`DataProtoConfig`)."""
+        return (
+            bool(self.meta_info.get(DataProtoConfig.auto_padding_key, False)) or DataProtoConfig.auto_padding
+        )
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the first row (``padding_candidate="first"``) or of the
+        last row (anything else), in place."""
+        if padding_size == 0:
+            return
+        row = 0 if padding_candidate == "first" else len(self) - 1
+        padded = self.select_idxs(torch.cat([torch.arange(len(self)), torch.full((padding_size,), row)]))
+        self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
+
     def chunk(self, chunks: int) -> list[DataProto]:
-        """Split into ``chunks`` equal parts; the length must be divisible (pad first if not)."""
+        """Split into ``chunks`` equal parts. The length must be divisible (pad first) unless padding is
+        enabled (:meth:`is_padding_enabled`): then every part has ``ceil(len / chunks)`` rows but the
+        last, as ``torch.chunk`` cuts."""
         n = len(self)
-        if chunks <= 0 or n % chunks != 0:
+        if chunks <= 0 or (n % chunks != 0 and not self.is_padding_enabled()):
             raise DataProtoError(
                 f"cannot chunk a batch of {n} rows into {chunks} equal parts; use pad_to_divisor() first"
             )
-        return self.split(n // chunks)
+        parts = self.split(-(-n // chunks)) if n else [self.slice(0, 0) for _ in range(chunks)]
+        if len(parts) != chunks:
+            raise DataProtoError(
+                f"a batch of {n} rows cut as torch.chunk cuts gives {len(parts)} parts, not {chunks}"
+            )
+        return parts
 
     def split(self, split_size: int) -> list[DataProto]:
         """Consecutive parts of ``split_size`` rows (the last one may be shorter)."""
@@ -238,33 +314,44 @@ class DataProto:
 
     @staticmethod
     def concat(data: Sequence[DataProto]) -> DataProto:
-        """Concatenate along the batch; meta_info is taken from the parts (must agree)."""
+        """Concatenate along the batch. ``meta_info`` is merged by :func:`~verl.protocol_ops.merge_meta_info`:
+        the parts' ``"metrics"`` become one dict of lists, other keys must agree."""
         if not data:
             raise DataProtoError("concat needs at least one DataProto")
         batches = [d.batch for d in data]
         if any(b is None for b in batches) and not all(b is None for b in batches):
             raise DataProtoError("concat: some parts have tensors and some do not")
         batch = None if batches[0] is None else torch.cat(batches, dim=0)
-        keys = set(data[0].non_tensor_batch)
+        keys = list(data[0].non_tensor_batch)
         for i, d in enumerate(data):
-            if set(d.non_tensor_batch) != keys:
+            if set(d.non_tensor_batch) != set(keys):
                 raise DataProtoError(
                     f"concat: part {i} has non-tensor keys {sorted(d.non_tensor_batch)}, part 0 has {sorted(keys)}"
                 )
         non_tensor = {k: np.concatenate([d.non_tensor_batch[k] for d in data]) for k in keys}
-        meta: dict[str, Any] = {}
-        for d in data:
-            for key, value in d.meta_info.items():
-                meta.setdefault(key, value)
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        meta = merge_meta_info([d.meta_info for d in data])
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """Repeat every row; interleaved gives ``a a b b``, otherwise ``a b a b``."""
-        n = len(self)
-        base = torch.arange(n)
-        idx = base.repeat_interleave(repeat_times) if interleave else base.repeat(repeat_times)
-        out = self.select_idxs(idx)
-        return out
+        base = torch.arange(len(self))
+        return self.select_idxs(
+            base.repeat_interleave(repeat_times) if interleave else base.repeat(repeat_times)
+        )
+
+    def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Row ``i`` repeated ``repeat_times[i]`` times (0 drops it), the copies next to each other."""
+        counts = torch.as_tensor(np.asarray(repeat_times)).long()
+        if counts.shape != (len(self),):
+            raise DataProtoError(
+                f"sample_level_repeat needs one count per row ({len(self)}), got {counts.shape}"
+            )
+        return self.select_idxs(torch.arange(len(self)).repeat_interleave(counts))
+
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Each row becomes ``n_split`` rows: a key in ``split_keys`` has its second dimension cut into
+        ``n_split`` pieces, one per new row; every other key is repeated (interleaved)."""
+        return unfold_column_chunks(self, n_split, split_keys)
 
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Permute rows in place: row ``i`` becomes old row ``indices[i]``."""
@@ -285,7 +372,20 @@ class DataProto:
     def unpad(self, pad_size: int) -> DataProto:
         return self if pad_size == 0 else self.slice(0, len(self) - pad_size)
 
-    # ------------------------------------------------------------------ devices and disk
+    def make_iterator(
+        self,
+        mini_batch_size: int,
+        epochs: int,
+        seed: int | None = None,
+        dataloader_kwargs: dict | None = None,
+    ) -> Iterator[DataProto]:
+        """``epochs`` passes over the rows in mini-batches of ``mini_batch_size`` rows (which must divide
+        the length), each with this batch's ``meta_info``. Rows come in order unless
+        ``dataloader_kwargs={"shuffle": True}``; then each epoch draws a new permutation from a generator
+        seeded with ``seed``, the same as verl's torch ``DataLoader`` draws for these arguments."""
+        return mini_batches(self, mini_batch_size, epochs, seed, dataloader_kwargs)
+
+    # ------------------------------------------------------------------ devices, disk and size
     def to(self, device: str | torch.device) -> DataProto:
         if self.batch is not None:
             self.batch = self.batch.to(device)
@@ -293,33 +393,23 @@ class DataProto:
 
     def save_to_disk(self, path: str | os.PathLike) -> None:
         """Write atomically: a temporary file in the same folder, then a rename."""
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-dataproto-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(self, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        save_atomically(self, path)
 
     @staticmethod
     def load_from_disk(path: str | os.PathLike) -> DataProto:
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-        if not isinstance(data, DataProto):
-            raise DataProtoError(f"{path} does not hold a DataProto (found {type(data).__name__})")
-        return data
+        return load_pickled(path, DataProto)
+
+    def print_size(self, prefix: str = "") -> None:
+        """Print the memory the tensors and the columns take, in GB."""
+        print(f"{prefix}, {size_message(self)}" if prefix else size_message(self))
+
+    def get_data_info(self) -> str:
+        """One line per key: tensors' shapes, dtypes and devices, columns', and ``meta_info`` value types."""
+        return data_info(self)
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
-        tensors = {}
-        if self.batch is not None:
-            for key, value in self.batch.items():
-                tensors[key] = _tensor_to_numpy(value)
+        tensors = {k: encode_tensor(v) for k, v in self.batch.items()} if self.batch is not None else {}
         return {
             "tensors": tensors,
             "batch_size": len(self) if self.batch is not None else None,
@@ -330,7 +420,7 @@ class DataProto:
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch = None
         if state["batch_size"] is not None:
-            tensors = {k: _numpy_to_tensor(v) for k, v in state["tensors"].items()}
+            tensors = {k: decode_tensor(v) for k, v in state["tensors"].items()}
             batch = TensorDict(tensors, batch_size=[state["batch_size"]])
         self.batch = batch
         self.non_tensor_batch = state["non_tensor_batch"]
@@ -342,55 +432,3 @@ class DataProto:
             f"DataProto(len={len(self)}, batch={tensors}, non_tensor_batch={list(self.non_tensor_batch)}, "
             f"meta_info={list(self.meta_info)})"
         )
-
-
-# Dtypes numpy cannot hold are moved bit-for-bit as integers of the same width.
-_BITCAST = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
-
-
-def _tensor_to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str | None]:
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    if t.dtype in _BITCAST:
-        return t.view(_BITCAST[t.dtype]).numpy(), str(t.dtype).removeprefix("torch.")
-    return t.numpy(), None
-
-
-def _numpy_to_tensor(packed: tuple[np.ndarray, str | None]) -> torch.Tensor:
-    array, bitcast_dtype = packed
-    if not array.flags.writeable:
-        # Arrays read zero-copy from Ray's shared memory are read-only; torch tensors must own
-        # writable memory, so copy once here (a memcpy, far cheaper than in-band pickling).
-        array = array.copy()
-    tensor = torch.from_numpy(array)
-    if bitcast_dtype is not None:
-        tensor = tensor.view(getattr(torch, bitcast_dtype))
-    return tensor
-
-
-def _object_arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
-
-
-def _values_equal(a: Any, b: Any) -> bool:
-    try:
-        result = a == b
-        if isinstance(result, np.ndarray):
-            return bool(result.all())
-        if isinstance(result, torch.Tensor):
-            return bool(result.all())
-        return bool(result)
-    except Exception:
-        return a is b
-
-
-def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
-    """Functional form of :meth:`DataProto.pad_to_divisor` (the name verl users know)."""
-    return data.pad_to_divisor(size_divisor)
-
-
-def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
-    """Functional form of :meth:`DataProto.unpad`."""
-    return data.unpad(pad_size)

@@ -20,6 +20,7 @@ from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.teachers import Teachers
+from verl.utils.metric import reduce_metrics
 
 PRESET = "distillation_trainer"
 ON = [
@@ -169,7 +170,7 @@ def test_the_preset_scores_with_the_teacher_and_learns_from_it(tmp_path, monkeyp
         )
         assert torch.allclose(batch.batch["teacher_log_probs"] * mask, teacher * mask, atol=1e-5)
         student = direct_response_log_probs(config.actor_rollout_ref.model.path, batch)
-        metrics = trainer.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+        metrics = reduce_metrics(trainer.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
         assert metrics["distillation/loss"] == pytest.approx(k3_token_mean(student, teacher, mask), abs=1e-6)
         trainer.sync_weights()
 

@@ -17,6 +17,7 @@ from verl.trainer.ppo.builders import build_tokenizer
 from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.dataset.vision import image_messages, load_image, load_vision_processor
+from verl.utils.metric import reduce_metrics
 from verl.workers.vision import MULTI_MODAL_INPUTS, micro_batch_vision
 
 PRESET = "vlm_trainer"
@@ -191,13 +192,13 @@ def test_two_data_parallel_ranks_equal_one_on_an_image_batch(tmp_path):
         batch.batch["advantages"] = torch.randn(
             batch.batch["responses"].shape, generator=torch.Generator().manual_seed(0)
         )
-        expected = one.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+        expected = reduce_metrics(one.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
     finally:
         one.close()
     two = _trainer(tmp_path / "two", 2)
     try:
         log_probs = two.actor_rollout_wg.compute_log_prob(batch).batch["old_log_probs"]
-        got = two.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+        got = reduce_metrics(two.actor_rollout_wg.update_actor(batch).meta_info["metrics"])  # the ranks' mean
     finally:
         two.close()
     mask = batch.batch["response_mask"].bool()

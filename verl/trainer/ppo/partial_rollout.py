@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.metric import reduce_metrics
 from verl.workers.rollout.base import response_tensors
 
 CONTINUATION_SEED = 1 << 20
@@ -84,7 +85,8 @@ def stitch(prefix: DataProto, rest: DataProto, eos_token_ids: list[int]) -> Data
         if key not in r.keys() or p[key].shape[1:2] != (t,):
             raise RuntimeError(f"partial rollout cannot join the rollout's per-row key {key!r}")
         tensors[key] = torch.cat([p[key], r[key]], dim=1)
-    metrics = dict(prefix.meta_info.get("metrics", {}))
-    for key, value in rest.meta_info.get("metrics", {}).items():
+    # each part's metrics may hold one value per rank (a worker group's): one number each first
+    metrics = reduce_metrics(dict(prefix.meta_info.get("metrics", {})))
+    for key, value in reduce_metrics(dict(rest.meta_info.get("metrics", {}))).items():
         metrics[key] = max(metrics.get(key, value), value)
     return DataProto.from_dict(tensors, meta_info={"metrics": metrics})

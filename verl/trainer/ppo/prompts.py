@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.utils.metric import reduce_metrics
 from verl.workers.vision import MULTI_MODAL_INPUTS
 
 PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
@@ -36,8 +37,9 @@ def pop_prompts(batch: DataProto, row_columns: bool) -> DataProto:
 
 
 def attach_responses(batch: DataProto, output: DataProto) -> dict[str, float]:
-    """Put the generated sequences back into ``batch`` (in place) and return the rollout's metrics."""
-    metrics = output.meta_info.pop("metrics", {})
+    """Put the generated sequences back into ``batch`` (in place) and return the rollout's metrics,
+    each one number (a worker group reports one value per rank: reduced by the key's name)."""
+    metrics = reduce_metrics(output.meta_info.pop("metrics", {}))
     if MULTI_MODAL_INPUTS in output.non_tensor_batch:  # an agent loop's: the prompts' images and its tools'
         batch.non_tensor_batch.pop(MULTI_MODAL_INPUTS, None)
     batch.union(output)

@@ -29,6 +29,7 @@ from statistics import fmean
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.generations import Finished, InFlight
+from verl.utils.metric import reduce_metrics
 
 POLL_S = 30.0  # how often a wait for the next finished unit checks that some unit is in flight
 
@@ -87,7 +88,8 @@ class SampleStream:
 def join_units(step: int, taken: list[tuple[InFlight, DataProto]]) -> InFlight:
     """A step's units as one generation: prompts and responses concatenated in the order the units were
     taken, the rollout's metrics averaged over the units that report them."""
-    reported = [output.meta_info.pop("metrics", {}) for _, output in taken]
+    # a unit's metrics may hold one value per rank (a worker group's): one number each first
+    reported = [reduce_metrics(output.meta_info.pop("metrics", {})) for _, output in taken]
     output = DataProto.concat([output for _, output in taken])
     keys = {key for metrics in reported for key in metrics}
     output.meta_info["metrics"] = {k: fmean(m[k] for m in reported if k in m) for k in keys}

@@ -31,6 +31,7 @@ from transformers import DynamicCache
 
 from verl.config.rollout import RolloutConfig
 from verl.protocol import DataProto
+from verl.utils.metric import reduce_metrics
 from verl.utils.model import eos_token_ids, load_causal_lm
 from verl.utils.mrope import model_position_ids
 from verl.workers.engine.micro_batch import split_micro_batches
@@ -151,8 +152,8 @@ class HFRollout(Rollout):
             self.generator.manual_seed(derived_seed(prompts.meta_info["sampling_seed"], self.seed))
         chunks = prompts.split(max(1, self.config.max_num_seqs))
         outputs = [self._generate_chunk(chunk, params) for chunk in chunks]
-        out = DataProto.concat(outputs)
-        out.meta_info = {"metrics": _merge_metrics([o.meta_info["metrics"] for o in outputs])}
+        out = DataProto.concat(outputs)  # the chunks' metrics gathered into lists, reduced here
+        out.meta_info = {"metrics": reduce_metrics(out.meta_info["metrics"])}
         return out
 
     @torch.no_grad()
@@ -292,11 +293,3 @@ class HFRollout(Rollout):
 
     def wake_up(self) -> None:
         self.lifecycle.wake_up()
-
-
-def _merge_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    merged: dict[str, float] = {}
-    for part in parts:
-        for key, value in part.items():
-            merged[key] = max(merged.get(key, value), value)
-    return merged
