@@ -11,8 +11,8 @@ import pytest
 
 from verl.tools.sandbox import run_python
 from verl.utils.reward_score import code, default_compute_score
-from verl.workers.reward.base import ScoredBatch
-from verl.workers.reward.pool import ScoreOutcome
+from verl.workers.reward_manager.base import ScoredBatch
+from verl.workers.reward_manager.pool import ScoreOutcome
 
 if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox uses Linux namespaces", allow_module_level=True)

@@ -3,7 +3,7 @@
 Keys and defaults are verl's (``ppo_trainer.yaml``, ``reward_model/reward_model.yaml`` and the
 DAPO recipe's ``reward_model.overlong_buffer``). One section is this project's own:
 ``reward_model.scoring`` sizes the process pool that runs rule scorers with a per-call timeout
-(see :mod:`verl.workers.reward.pool`).
+(see :mod:`verl.workers.reward_manager.pool`).
 
 Rewards come from rule scorers (``reward_manager`` + ``custom_reward_function``) and, with
 ``reward_model.enable=True``, from a discriminative reward model run by its own worker group

@@ -18,7 +18,7 @@ a list of responses (``data.response_key``), a data source (``data.data_source_k
 (:mod:`verl.utils.reward_score`). A scorer may return a number or a dict with ``score``. Printed and
 returned: ``test_score/<data_source>``, the mean over that source's rows of each row's mean score.
 
-Scoring runs in a pool of processes (:class:`~verl.workers.reward.pool.ScoringPool`), not Ray tasks:
+Scoring runs in a pool of processes (:class:`~verl.workers.reward_manager.pool.ScoringPool`), not Ray tasks:
 ``ray_kwargs.ray_init.num_cpus`` processes (null: one per CPU), each call limited to
 ``score_timeout_s`` seconds. A call that raises or runs out of time scores 0 and is reported.
 ``ray_kwargs.timeline_json_file`` has no effect (there are no Ray tasks to trace).
@@ -171,7 +171,7 @@ def scorer_spec(config: EvalConfig, data_sources: set[str]) -> ScorerSpec:
 
 def run_eval(config: EvalConfig) -> dict[str, float]:
     """Score every response of ``data.path``; returns (and prints) ``test_score/<data_source>``."""
-    from verl.workers.reward.pool import ScoringPool
+    from verl.workers.reward_manager.pool import ScoringPool
 
     if config.ray_kwargs.timeline_json_file:
         logger.warning(

@@ -28,3 +28,15 @@ def batch_score(data_sources, solution_strs, ground_truths, extra_infos, **kwarg
     if "short" in solution_strs:
         return [1.0]
     return [2.0 if s == g else 0.0 for s, g in zip(solution_strs, ground_truths)]
+
+
+def prime_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """PRIME-style: ``(score, detail)``; the response ``99`` never finishes."""
+    if solution_str == "99":
+        time.sleep(60)
+    return (1.0, "match") if solution_str == ground_truth else (0.0, "mismatch")
+
+
+def digits_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's call convention, a plain module-level function: 1 per matching digit, divided by 10."""
+    return sum(a == b for a, b in zip(solution_str, ground_truth)) / 10

@@ -10,7 +10,7 @@ from verl.config.base import ConfigError
 from verl.config.data import DataConfig
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.utils.reward_score.scorer_process import ScorerLoadError
-from verl.workers.reward import (
+from verl.workers.reward_manager import (
     BatchRewardManager,
     DAPORewardManager,
     NaiveRewardManager,
@@ -92,14 +92,14 @@ def test_unknown_manager_names_the_key(tok):
 
 
 def test_registered_manager_is_loadable(tok, monkeypatch):
-    from verl.workers.reward import registry
+    from verl.workers.reward_manager import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test
 
     @register_reward_manager("constant_for_test")
     class ConstantRewardManager(RewardManager):
         def score_responses(self, data, responses):
-            from verl.workers.reward import ScoreOutcome
+            from verl.workers.reward_manager import ScoreOutcome
 
             return [ScoreOutcome("ok", 0.75) for _ in responses]
 

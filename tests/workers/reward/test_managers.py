@@ -7,7 +7,7 @@ from tests.workers.reward.helpers import make_batch
 from verl.config.reward import OverlongBufferConfig
 from verl.utils.reward_score import UnknownDataSourceError
 from verl.utils.reward_score.scorer_process import ScorerSpec
-from verl.workers.reward import (
+from verl.workers.reward_manager import (
     BatchRewardManager,
     DAPORewardManager,
     NaiveRewardManager,
@@ -172,9 +172,9 @@ def test_bool_and_numpy_scores_are_numbers(tok):
 
 def test_failures_are_logged_once_per_batch(tok, caplog):
     data = make_batch(tok, ["p"] * 3, ["raise", "raise", "a"], ["a"] * 3)
-    with caplog.at_level("WARNING", logger="verl.workers.reward.base"):
+    with caplog.at_level("WARNING", logger="verl.workers.reward_manager.base"):
         NaiveRewardManager(tok, compute_score=scorers.compute_score)(data)
-    records = [r for r in caplog.records if r.name == "verl.workers.reward.base"]
+    records = [r for r in caplog.records if r.name == "verl.workers.reward_manager.base"]
     assert len(records) == 1
     assert "2 errors and 0 timeouts in 3 scorer calls" in records[0].getMessage()
     assert "scorer exploded" in records[0].getMessage()

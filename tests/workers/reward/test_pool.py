@@ -5,7 +5,7 @@ import pytest
 
 from tests.workers.reward import scorers
 from verl.utils.reward_score.scorer_process import ScorerSpec
-from verl.workers.reward.pool import ScorerLoadError, ScoringPool
+from verl.workers.reward_manager.pool import ScorerLoadError, ScoringPool
 
 SCORERS = scorers.__file__
 
@@ -107,7 +107,7 @@ def test_processes_exit_when_the_driver_dies_mid_call(tmp_path):
     driver.write_text(
         "import os, threading, time\n"
         "from verl.utils.reward_score.scorer_process import ScorerSpec\n"
-        "from verl.workers.reward.pool import ScoringPool\n"
+        "from verl.workers.reward_manager.pool import ScoringPool\n"
         f"pool = ScoringPool(ScorerSpec(kind='file', path={SCORERS!r}, name='compute_score'), num_workers=1, timeout_s=60)\n"
         "pool.wait_ready()\n"
         "print(pool.pids[0], flush=True)\n"

@@ -3,7 +3,7 @@
 :class:`ModelScoredReward` wraps a reward manager and is called like one (``fn(batch,
 return_dict=True)``), so training, validation and ReMax's baseline all score the same way. It
 adds ``rm_scores`` to the batch (the manager turns them into the reward, see
-:mod:`verl.workers.reward.base`) and reports ``reward_model/score/{mean,max,min}`` and
+:mod:`verl.workers.reward_manager.base`) and reports ``reward_model/score/{mean,max,min}`` and
 ``reward_model/truncated`` (the share of conversations cut to ``reward_model.max_length``).
 """
 

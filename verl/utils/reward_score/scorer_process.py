@@ -1,6 +1,6 @@
 """What a scorer process runs: resolve the scoring function once, then score calls as they come.
 
-The driver side is :class:`verl.workers.reward.pool.ScoringPool`. The process is started as a
+The driver side is :class:`verl.workers.reward_manager.pool.ScoringPool`. The process is started as a
 fresh interpreter (``python -c "...serve_fds(r, w)"``) rather than through ``multiprocessing``:
 multiprocessing's spawn and forkserver contexts re-import the driver's ``__main__`` module in
 every child (with ``python -m verl.trainer.main_ppo`` that is torch, Ray and the trainer, about a

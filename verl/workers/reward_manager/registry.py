@@ -1,9 +1,13 @@
 """Reward managers by name, so ``reward_model.reward_manager=<name>`` can pick one.
 
-Register your own class before :func:`verl.workers.reward.load_reward_manager` runs::
+Register your own class (verl's decorator, ``register``) in a module imported before
+:func:`verl.trainer.ppo.reward.load_reward_manager` runs (e.g. through
+``actor_rollout_ref.model.external_lib``)::
 
-    @register_reward_manager("my_manager")
-    class MyRewardManager(RewardManager): ...
+    from verl.workers.reward_manager import register
+
+    @register("my_manager")
+    class MyRewardManager(NaiveRewardManager): ...
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ from collections.abc import Callable
 
 from verl.config.base import ConfigError
 
-__all__ = ["get_reward_manager_cls", "register_reward_manager", "registered_reward_managers"]
+__all__ = ["get_reward_manager_cls", "register", "register_reward_manager", "registered_reward_managers"]
 
 _REGISTRY: dict[str, type] = {}
 
 
-def register_reward_manager(name: str) -> Callable[[type], type]:
+def register(name: str) -> Callable[[type], type]:
     """Class decorator that makes the class available as ``reward_model.reward_manager=name``."""
 
     def decorate(cls: type) -> type:
@@ -30,13 +34,17 @@ def register_reward_manager(name: str) -> Callable[[type], type]:
     return decorate
 
 
+register_reward_manager = register
+"""The decorator's earlier name in this project."""
+
+
 def registered_reward_managers() -> list[str]:
     """Names that can be used for reward_model.reward_manager."""
     return sorted(_REGISTRY)
 
 
 def get_reward_manager_cls(name: str) -> type:
-    """The class registered as ``name``; a ConfigError naming reward_model.reward_manager otherwise."""
+    """The class registered as ``name``; a ConfigError (a ValueError) naming reward_model.reward_manager otherwise."""
     if name not in _REGISTRY:
         raise ConfigError(
             f"reward_model.reward_manager: expected one of {registered_reward_managers()}, got {name!r}"

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verl.protocol import DataProto
-from verl.workers.reward.base import RewardManager
-from verl.workers.reward.pool import ScoreOutcome
-from verl.workers.reward.registry import register_reward_manager
+from verl.workers.reward_manager.base import RewardManager
+from verl.workers.reward_manager.pool import ScoreOutcome
+from verl.workers.reward_manager.registry import register
 
 __all__ = ["BatchRewardManager"]
 
 
-@register_reward_manager("batch")
+@register("batch")
 class BatchRewardManager(RewardManager):
     """Scores all responses with a single call of a vectorised function."""
 

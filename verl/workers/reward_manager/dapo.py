@@ -18,8 +18,8 @@ import torch
 
 from verl.config.base import ConfigError
 from verl.config.reward import OverlongBufferConfig
-from verl.workers.reward.naive import NaiveRewardManager
-from verl.workers.reward.registry import register_reward_manager
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.registry import register
 
 __all__ = ["DAPORewardManager", "overlong_penalty"]
 
@@ -33,7 +33,7 @@ def overlong_penalty(
     return torch.clamp(-exceed / buffer_len * penalty_factor, max=0.0)
 
 
-@register_reward_manager("dapo")
+@register("dapo")
 class DAPORewardManager(NaiveRewardManager):
     """Naive scoring, then the overlong penalty when ``overlong_buffer_cfg.enable``."""
 

@@ -4,14 +4,14 @@ extra_info)``, spread over the scoring pool's processes."""
 from __future__ import annotations
 
 from verl.protocol import DataProto
-from verl.workers.reward.base import RewardManager
-from verl.workers.reward.pool import ScoreOutcome
-from verl.workers.reward.registry import register_reward_manager
+from verl.workers.reward_manager.base import RewardManager
+from verl.workers.reward_manager.pool import ScoreOutcome
+from verl.workers.reward_manager.registry import register
 
 __all__ = ["NaiveRewardManager"]
 
 
-@register_reward_manager("naive")
+@register("naive")
 class NaiveRewardManager(RewardManager):
     """Scores each response on its own (the default reward manager)."""
 

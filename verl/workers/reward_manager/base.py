@@ -33,9 +33,10 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.reward_score import UnknownDataSourceError, is_known_data_source
+from verl.utils.reward_score import UnknownDataSourceError, default_compute_score, is_known_data_source
 from verl.utils.reward_score.scorer_process import ScorerSpec
-from verl.workers.reward.pool import ScoreOutcome, ScoringPool, check_picklable
+from verl.workers.reward_manager.abstract import AbstractRewardManager
+from verl.workers.reward_manager.pool import ScoreOutcome, ScoringPool, check_picklable
 
 __all__ = ["RewardManager", "ScoredBatch"]
 
@@ -106,9 +107,15 @@ def _read_outcome(outcome: ScoreOutcome) -> tuple[float | None, dict[str, Any], 
     return score, fields, None
 
 
-class RewardManager:
+class RewardManager(AbstractRewardManager):
     """Base class: subclasses say how calls are made (:meth:`score_responses`) and may reshape
-    rewards (:meth:`shape_rewards`)."""
+    rewards (:meth:`shape_rewards`).
+
+    ``compute_score`` is a plain function (verl's), a :class:`ScorerSpec`, or None for the built-in
+    scorers. With ``num_workers > 0`` calls run in that many scorer processes, each call under
+    ``timeout_s``; a function is sent to them by reference, so it must be importable (module level):
+    a lambda or closure is refused at construction with the fix (``num_workers=0`` runs it in this
+    process, without the timeout)."""
 
     default_kind = "default"
     """ScorerSpec kind used when no compute_score is given."""
@@ -125,7 +132,9 @@ class RewardManager:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.reward_fn_key = reward_fn_key
-        if compute_score is None:
+        if compute_score is None or (
+            compute_score is default_compute_score and self.default_kind == "default"
+        ):
             compute_score = ScorerSpec(kind=self.default_kind)
         elif not isinstance(compute_score, ScorerSpec):
             compute_score = ScorerSpec(kind="callable", fn=compute_score)
