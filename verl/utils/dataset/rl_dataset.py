@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.data import DataConfig
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
 from verl.utils.dataset.vision import check_media, image_messages
 
@@ -112,10 +112,9 @@ def as_data_config(config: Any) -> DataConfig:
             f"RLHFDataset config: expected a DataConfig, a dict or a DictConfig, got {type(config).__name__}"
         )
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), config)
+        typed = omega_conf_to_dataclass(config, DataConfig)
     except OmegaConfBaseException as err:
         raise DatasetError(f"RLHFDataset config: {err}".splitlines()[0]) from err
-    typed = OmegaConf.to_object(merged)
     typed.validate("data")
     return typed
 
