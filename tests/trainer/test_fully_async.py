@@ -156,8 +156,8 @@ class KillsTheRollout(AsyncPPOTrainer):
 
     kill_after = 2
 
-    def _compute_old_log_prob(self, batch, metrics):
-        super()._compute_old_log_prob(batch, metrics)
+    def _old_log_prob_phase(self, batch, metrics):
+        super()._old_log_prob_phase(batch, metrics)
         if self._updates_since_sync:
             b = batch.batch
             own = b["response_mask"].bool() & (b["response_versions"] == self.policy_version)

@@ -41,9 +41,9 @@ def test_the_policy_worker_joins_with_nccl_timeout(joined):
 
 
 def test_the_critic_joins_with_nccl_timeout(joined):
-    from verl.trainer.ppo.builders import _critic_worker
+    from verl.trainer.ppo.builders import critic_worker
 
     config = load_config(["actor_rollout_ref.nccl_timeout=77", "algorithm.adv_estimator=gae"])
     with pytest.raises(Joined):
-        _critic_worker(config).instantiate().init_model()
+        critic_worker(config).instantiate().init_model()
     assert joined["timeout"] == timedelta(seconds=77)

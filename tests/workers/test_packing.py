@@ -165,7 +165,7 @@ def test_bad_inputs_are_named():
 
 # ---------------------------------------------------------------------------- through the workers
 def _start(monkeypatch, overrides: list[str], role: str):
-    from verl.trainer.ppo.builders import _critic_worker
+    from verl.trainer.ppo.builders import critic_worker
     from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
     with socket.socket() as s:
@@ -177,7 +177,7 @@ def _start(monkeypatch, overrides: list[str], role: str):
     monkeypatch.setenv("VERL_DEVICE", "cpu")
     config = load_config(overrides)
     worker = (
-        _critic_worker(config).instantiate()
+        critic_worker(config).instantiate()
         if role == "critic"
         else ActorRolloutRefWorker(config.actor_rollout_ref, role=role)
     )

@@ -79,6 +79,9 @@ class ActorRolloutRefWorker(Worker):
         self.param_count = 0
         self.last_sequence: list[int] | None = None  # the weight-sync probe after the first update
         self.version = 0
+        # verl's hybrid engine: a generation after an actor update runs the updated weights, also when
+        # the driver (a recipe written for verl) never calls update_weights
+        self.rollout_behind = False
         self.tokenizer_source = tokenizer or resolve_tokenizer_source(config.model)
 
     def process_reusable(self) -> bool:
@@ -199,6 +202,8 @@ class ActorRolloutRefWorker(Worker):
                 "actor_rollout_ref.rollout.mode=async: generation goes through the rollout servers "
                 "(one request per sample), not through batched worker calls"
             )
+        if self.rollout_behind:
+            self.update_weights(self.version + 1)
         self.rollout.wake_up()
         if self.staged.versions or "weight_version" in prompts.meta_info:  # one exact version per batch
             out = self.staged.generate(prompts)
@@ -216,6 +221,7 @@ class ActorRolloutRefWorker(Worker):
         metrics = self.weight_sync.push(version, check)
         self.version = version
         metrics.update(self.weight_sync.verify(version, check))
+        self.rollout_behind = False
         return metrics
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -348,6 +354,7 @@ class ActorRolloutRefWorker(Worker):
         metrics["lr"] = self.actor.lr_scheduler_step()
         first = data.batch["attention_mask"][0].bool()
         self.last_sequence = data.batch["input_ids"][0][first].tolist()
+        self.rollout_behind = self.is_rollout
         return DataProto(meta_info={"metrics": prefixed(metrics, "actor")})
 
     # ------------------------------------------------------------------ checkpoints

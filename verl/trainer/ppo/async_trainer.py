@@ -52,6 +52,7 @@ from verl.trainer.ppo.generations import Draw, Finished, InFlight, check_stalene
 from verl.trainer.ppo.partial_rollout import continuation_prompts, prefix_prompts, stitch
 from verl.trainer.ppo.prompts import attach_responses, pop_prompts, repeat_prompts
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, timed
+from verl.trainer.ppo.recipe_surface import RolloutWeights
 from verl.trainer.ppo.sample_stream import SampleStream, join_units
 from verl.trainer.ppo.teachers import Teachers
 from verl.trainer.ppo.validation import Validator
@@ -94,10 +95,14 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self.actor_rollout_wg = self.wgs["actor"]  # the sync phases train on this group
         self.rollout_wg = self.wgs["rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.ref_policy_wg = self.actor_rollout_wg if self.use_reference_policy else None
+        self.rm_wg = self.wgs.get("reward_model")
         self.teachers = Teachers.from_worker_groups(self.wgs, self.config.distillation.teacher_key)
         self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(self.config, self.rollout_wg, self.tokenizer)
+        self.async_rollout_manager = self.rollout_client
+        self.checkpoint_manager = RolloutWeights(self)
         self.validator = Validator(
             self.config, self.tokenizer, self.rollout_client, self.val_reward_fn, self.tracker, self.data.val
         )
@@ -335,12 +340,14 @@ class AsyncPPOTrainer(RayPPOTrainer):
         if self.keeps_proximal and self.async_cfg.trigger_parameter_sync_step > 1:
             self.actor_rollout_wg.keep_proximal_weights()
 
-    def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
+    def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float]:
         """``old_log_probs`` under the current weights, or with verl's compute_prox_log_prob under the
         weights of the last sync (the ones the rollout runs) after the window's first update."""
         batch.meta_info["proximal_weights"] = self.keeps_proximal and self._updates_since_sync > 0
-        super()._compute_old_log_prob(batch, metrics)
-        batch.meta_info.pop("proximal_weights")
+        try:
+            return super()._compute_old_log_prob(batch)
+        finally:
+            batch.meta_info.pop("proximal_weights")
 
     def _publish_weights(self) -> float:
         """Actor -> rollout, as one versioned unit (staged whole, swapped between decode steps) by

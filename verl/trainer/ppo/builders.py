@@ -91,40 +91,31 @@ def set_total_steps(config: PPOTrainerConfig, total: int) -> None:
     config.critic.optim.total_training_steps = total
 
 
-def build_reward_fns(config: PPOTrainerConfig, tokenizer):
-    from verl.workers.reward.loader import load_reward_manager
-
-    return load_reward_manager(config, tokenizer, num_examine=0), load_reward_manager(
-        config, tokenizer, num_examine=1
-    )
-
-
 def build_worker_groups(
     config: PPOTrainerConfig, device: str
 ) -> tuple[dict[str, Any], list[RayResourcePool]]:
     """One pool of ``nnodes x n_gpus_per_node`` processes holding actor+rollout(+ref)(+critic)
     (+the reward model, unless it has a pool of its own)."""
     trainer = config.trainer
-    pool = _pool(
-        trainer.nnodes,
-        trainer.n_gpus_per_node,
+    global_pool = pool(
+        [trainer.n_gpus_per_node] * trainer.nnodes,
         device,
         "global_pool",
         trainer.cpus_per_worker,
         "trainer.n_gpus_per_node",
     )
     role = "actor_rollout_ref" if config.use_reference else "actor_rollout"
-    class_dict = {"actor_rollout": _policy_worker(config, role)}
+    class_dict = {"actor_rollout": policy_worker(config, role)}
     if config.use_critic:
-        class_dict["critic"] = _critic_worker(config)
+        class_dict["critic"] = critic_worker(config)
     if config.reward_model.enable and not config.reward_model.enable_resource_pool:
-        class_dict["reward_model"] = _reward_model_worker(config)
+        class_dict["reward_model"] = reward_model_worker(config)
     groups: dict[str, Any] = {}
-    pools = [pool]
-    with _released_on_failure(pools, groups):
+    pools = [global_pool]
+    with released_on_failure(pools, groups):
         groups.update(
             create_colocated_worker_groups(
-                pool,
+                global_pool,
                 class_dict,
                 call_timeout_s=trainer.worker_call_timeout_s,
                 setup_timeout_s=trainer.ray_wait_register_center_timeout,
@@ -138,11 +129,12 @@ def build_worker_groups(
     return groups, pools
 
 
-def _pool(
-    nnodes: int, per_node: int, device: str, name: str, cpus_per_process: float, size_key: str
+def pool(
+    process_on_nodes: list[int], device: str, name: str, cpus_per_process: float, size_key: str
 ) -> RayResourcePool:
+    """A pool of ``process_on_nodes[i]`` processes on node ``i``: GPU bundles on cuda, else CPU ones."""
     return RayResourcePool(
-        [per_node] * nnodes,
+        list(process_on_nodes),
         use_gpu=device == "cuda",
         name_prefix=name,
         cpus_per_process=cpus_per_process,
@@ -157,26 +149,26 @@ def _reward_model_pool_groups(config: PPOTrainerConfig, device: str, pools: list
     if not (rm.enable and rm.enable_resource_pool):
         return {}
     trainer = config.trainer
-    pool = _pool(
-        rm.nnodes,
-        rm.n_gpus_per_node,
+    rm_pool = pool(
+        [rm.n_gpus_per_node] * rm.nnodes,
         device,
         "reward_model_pool",
         trainer.cpus_per_worker,
         "reward_model.n_gpus_per_node",
     )
-    pools.append(pool)
+    pools.append(rm_pool)
     return create_colocated_worker_groups(
-        pool,
-        {"reward_model": _reward_model_worker(config)},
+        rm_pool,
+        {"reward_model": reward_model_worker(config)},
         call_timeout_s=trainer.worker_call_timeout_s,
         setup_timeout_s=trainer.ray_wait_register_center_timeout,
     )
 
 
-def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
+def reward_model_worker(config: PPOTrainerConfig, cls: type | None = None) -> RayClassWithInitArgs:
     """A discriminative reward model (a scoring worker), or with ``reward_model.rollout.name`` a
-    generative one: the judge model served by a rollout engine, like the policy in server mode."""
+    generative one: the judge model served by a rollout engine, like the policy in server mode.
+    ``cls``: a recipe's worker class (verl's ``role_worker_mapping``) instead of the project's."""
     if config.uses_judge:
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -185,12 +177,12 @@ def _reward_model_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
             path=rm.model.path, trust_remote_code=rm.model.trust_remote_code, key="reward_model.model.path"
         )
         return RayClassWithInitArgs(
-            ActorRolloutRefWorker, judge_config(config), role="rollout", tokenizer=source
+            cls or ActorRolloutRefWorker, judge_config(config), role="rollout", tokenizer=source
         )
     from verl.workers.reward_model import RewardModelWorker
 
     return RayClassWithInitArgs(
-        RewardModelWorker,
+        cls or RewardModelWorker,
         config.reward_model,
         policy_tokenizer=tokenizer_source(config),
         nccl_timeout_s=config.actor_rollout_ref.nccl_timeout,
@@ -216,20 +208,20 @@ def judge_config(config: PPOTrainerConfig) -> ActorRolloutRefConfig:
     return judge
 
 
-def _critic_worker(config: PPOTrainerConfig) -> RayClassWithInitArgs:
+def critic_worker(config: PPOTrainerConfig, cls: type | None = None) -> RayClassWithInitArgs:
     from verl.workers.critic import CriticWorker
 
     return RayClassWithInitArgs(
-        CriticWorker, config.critic, nccl_timeout_s=config.actor_rollout_ref.nccl_timeout
+        cls or CriticWorker, config.critic, nccl_timeout_s=config.actor_rollout_ref.nccl_timeout
     )
 
 
-def _policy_worker(config: PPOTrainerConfig, role: str) -> RayClassWithInitArgs:
+def policy_worker(config: PPOTrainerConfig, role: str, cls: type | None = None) -> RayClassWithInitArgs:
     from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
     distill = config.distillation
     return RayClassWithInitArgs(
-        ActorRolloutRefWorker,
+        cls or ActorRolloutRefWorker,
         config.actor_rollout_ref,
         role=role,
         tokenizer=tokenizer_source(config),
@@ -238,7 +230,7 @@ def _policy_worker(config: PPOTrainerConfig, role: str) -> RayClassWithInitArgs:
 
 
 @contextmanager
-def _released_on_failure(pools: list[RayResourcePool], groups: dict[str, Any]) -> Iterator[None]:
+def released_on_failure(pools: list[RayResourcePool], groups: dict[str, Any]) -> Iterator[None]:
     """On a failure while the worker groups are built, shut down the groups made so far and
     release the pools, then re-raise. The trainer only learns of them once the builder
     returns, so it could not: a restart (``trainer.max_restarts``) would wait for bundles
@@ -282,13 +274,13 @@ def build_async_worker_groups(
             "rollout.n_gpus_per_node (async_training.rollout_n_gpus)",
         ),
     }
-    with _released_on_failure(pools, groups):
+    with released_on_failure(pools, groups):
         for name, (per_node, concurrency, cpus, size_key) in layouts.items():
-            pool = _pool(trainer.nnodes, per_node, device, name, cpus, size_key)
-            pools.append(pool)
+            split_pool = pool([per_node] * trainer.nnodes, device, name, cpus, size_key)
+            pools.append(split_pool)
             groups.update(
                 create_colocated_worker_groups(
-                    pool,
+                    split_pool,
                     _async_class_dict(config, name),
                     call_timeout_s=trainer.worker_call_timeout_s,
                     max_concurrency=concurrency,
@@ -316,10 +308,10 @@ def restart_rollout_group(
     group ended, new ones started on the same placement with the model loaded (``groups["rollout"]``
     replaced); the caller sends them the weights."""
     groups["rollout"].shutdown()
-    pool = next(p for p in pools if p.name_prefix == "rollout_pool")
+    rollout_pool = next(p for p in pools if p.name_prefix == "rollout_pool")
     trainer = config.trainer
     created = create_colocated_worker_groups(
-        pool,
+        rollout_pool,
         _async_class_dict(config, "rollout_pool"),
         call_timeout_s=trainer.worker_call_timeout_s,
         max_concurrency=_rollout_concurrency(config),
@@ -333,13 +325,13 @@ def restart_rollout_group(
 def _async_class_dict(config: PPOTrainerConfig, pool_name: str) -> dict[str, RayClassWithInitArgs]:
     """The roles of one pool of the async trainer: actor (+ref, +critic), or the rollout."""
     if pool_name == "rollout_pool":
-        return {"rollout": _policy_worker(config, "rollout")}
+        return {"rollout": policy_worker(config, "rollout")}
     role = "actor_ref" if config.use_reference else "actor"
-    class_dict = {"actor": _policy_worker(config, role)}
+    class_dict = {"actor": policy_worker(config, role)}
     if config.use_critic:
-        class_dict["critic"] = _critic_worker(config)
+        class_dict["critic"] = critic_worker(config)
     if config.reward_model.enable and not config.reward_model.enable_resource_pool:
-        class_dict["reward_model"] = _reward_model_worker(config)
+        class_dict["reward_model"] = reward_model_worker(config)
     return class_dict
 
 

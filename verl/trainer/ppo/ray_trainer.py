@@ -22,14 +22,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from verl.algorithms.advantages import compute_advantage
 from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
-from verl.config.ppo_trainer import PPOTrainerConfig
+from verl.config.ppo_trainer import PPOTrainerConfig, to_typed_config
 from verl.protocol import DataProto
+from verl.single_controller.ray import RayWorkerGroup, ResourcePoolManager
 from verl.trainer.ppo import builders, checkpoint, generation_dump
 from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.trainer.ppo.generations import Draw
@@ -41,39 +44,108 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.old_log_probs import rollout_trainer_gap, update_is_on_policy
 from verl.trainer.ppo.phases import PHASES, timed
 from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts, repeat_prompts
+from verl.trainer.ppo.recipe_surface import (
+    RolloutWeights,
+    check_data_sources,
+    compute_response_mask,
+    refuse_unsupported_arguments,
+)
 from verl.trainer.ppo.reward_model import ModelScoredReward
+from verl.trainer.ppo.role_mapping import build_mapped_worker_groups
 from verl.trainer.ppo.teachers import Teachers
+from verl.trainer.ppo.utils import Role, need_critic, need_reference_policy
 from verl.trainer.ppo.validation import Validator
 from verl.trainer.ppo.watchdog import StepWatchdog
+from verl.utils.metric import reduce_metrics
 from verl.utils.progress import StepProgress
+from verl.workers.engine.lora import uses_lora
 from verl.workers.engine.micro_batch import equal_size_partitions
+from verl.workers.reward_manager.loader import load_reward_manager
 from verl.workers.rollout.client import RolloutClient
 from verl.workers.vision import image_columns
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "RayPPOTrainer",
+    "ResourcePoolManager",
+    "Role",
+    "apply_kl_penalty",
+    "compute_advantage",
+    "compute_response_mask",
+]
+
 
 class RayPPOTrainer:
-    """Holds the data, the reward functions and the worker groups; ``fit()`` runs the loop."""
+    """Holds the data, the reward functions and the worker groups; ``fit()`` runs the loop.
 
-    def __init__(self, config: PPOTrainerConfig) -> None:
+    Built from the config alone (``RayPPOTrainer(config)``: the parts come from the config), or as a
+    verl recipe builds it: ``RayPPOTrainer(config, tokenizer, role_worker_mapping,
+    resource_pool_manager, reward_fn=..., val_reward_fn=...)``, with ``config`` a typed config or
+    Hydra's ``DictConfig``. A recipe that overrides :meth:`fit` finds verl's attributes
+    (``actor_rollout_wg``, ``ref_policy_wg``, ``critic_wg``, ``train_dataloader``, ``global_steps``,
+    ``use_critic``, ...) and step helpers (``_compute_old_log_prob``, ``_update_actor``,
+    ``_balance_batch``, ``_validate``, ``_save_checkpoint``, ...) with verl's meanings.
+    """
+
+    def __init__(
+        self,
+        config: PPOTrainerConfig | DictConfig,
+        tokenizer: Any = None,
+        role_worker_mapping: dict[Role, Any] | None = None,
+        resource_pool_manager: Any = None,
+        ray_worker_group_cls: type = RayWorkerGroup,
+        processor: Any = None,
+        reward_fn: Any = None,
+        val_reward_fn: Any = None,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        collate_fn: Any = None,
+        train_sampler: Any = None,
+        device_name: str | None = None,
+    ) -> None:
+        refuse_unsupported_arguments(
+            ray_worker_group_cls=ray_worker_group_cls,
+            train_dataset=train_dataset,
+            val_dataset=val_dataset,
+            collate_fn=collate_fn,
+            train_sampler=train_sampler,
+        )
+        if (role_worker_mapping is None) != (resource_pool_manager is None):
+            raise ValueError(
+                "role_worker_mapping and resource_pool_manager go together: give both or neither"
+            )
+        config = config if isinstance(config, PPOTrainerConfig) else to_typed_config(config)
         self.config = config
         # workers may run in another directory (or on another node): they get absolute paths
         config.trainer.default_local_dir = os.path.abspath(
             os.path.expanduser(config.trainer.default_local_dir)
         )
-        self.device = builders.resolve_device(config)
-        self.tokenizer = builders.build_tokenizer(config)
+        self.role_worker_mapping = role_worker_mapping
+        self.resource_pool_manager = resource_pool_manager
+        self.ray_worker_group_cls = ray_worker_group_cls
+        self.device = self.device_name = device_name or builders.resolve_device(config)
+        self.tokenizer = tokenizer if tokenizer is not None else builders.build_tokenizer(config)
+        self.processor = processor
         self.data = build_dataloaders(config, self.tokenizer)
+        self.train_dataloader, self.val_dataloader = self.data.train, self.data.val
         self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
         builders.set_total_steps(config, self.total_training_steps)
-        self.reward_fn, self.val_reward_fn = builders.build_reward_fns(config, self.tokenizer)
+        self.reward_fn = reward_fn or load_reward_manager(config, self.tokenizer, num_examine=0)
+        self.val_reward_fn = val_reward_fn or load_reward_manager(config, self.tokenizer, num_examine=1)
         if not config.reward_model.enable:  # with a reward model, rule scorers are not needed
-            self.reward_fn.check_data_sources(self.data.train.dataset.data_source_locations())
-            self.val_reward_fn.check_data_sources(self.data.val_dataset.data_source_locations())
+            check_data_sources(self.reward_fn, self.data.train.dataset)
+            check_data_sources(self.val_reward_fn, self.data.val_dataset)
         self.tracker = builders.build_tracker(config)
-        self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
+        self.kl_ctrl = self.kl_ctrl_in_reward = get_kl_controller(config.algorithm.kl_ctrl)
         self.update_is_on_policy = update_is_on_policy(config)
+        # verl's names for what the config asks for
+        self.hybrid_engine = True
+        self.use_critic = need_critic(config)
+        self.use_reference_policy = need_reference_policy(config)
+        self.use_rm = config.reward_model.enable
+        self.ref_in_actor = uses_lora(config.actor_rollout_ref.model)
+        self.async_rollout_mode = config.actor_rollout_ref.rollout.mode == "async"
         self.global_steps = 0
         self.policy_version = 0  # the weight version the rollout runs; the driver owns the counter
         self.epoch = 0
@@ -85,15 +157,24 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ setup and teardown
     def init_workers(self) -> None:
-        self.wgs, self.pools = builders.build_worker_groups(self.config, self.device)
+        if self.role_worker_mapping is None:
+            self.wgs, self.pools = builders.build_worker_groups(self.config, self.device)
+        else:
+            self.wgs, self.pools = build_mapped_worker_groups(
+                self.config, self.device, self.role_worker_mapping, self.resource_pool_manager
+            )
         self.actor_rollout_wg = self.wgs["actor_rollout"]
         self.critic_wg = self.wgs.get("critic")
+        self.ref_policy_wg = self.wgs.get("ref", self.actor_rollout_wg) if self.use_reference_policy else None
+        self.rm_wg = self.wgs.get("reward_model")
         self.teachers = Teachers.from_worker_groups(self.wgs, self.config.distillation.teacher_key)
         self.use_reward_model_scores()
         self.world_size = self.actor_rollout_wg.world_size
         self.rollout_client = builders.build_rollout_client(
             self.config, self.actor_rollout_wg, self.tokenizer
         )
+        self.async_rollout_manager = self.rollout_client  # verl's name for what generates a batch
+        self.checkpoint_manager = RolloutWeights(self)
         self.validator = Validator(
             self.config,
             self.tokenizer,
@@ -120,7 +201,8 @@ class RayPPOTrainer:
         if self.rollout_client is not None:
             self.rollout_client.close()
         for fn in (self.reward_fn, self.val_reward_fn):
-            fn.close()
+            if hasattr(fn, "close"):  # a recipe's reward function may hold nothing to release
+                fn.close()
         for group in self.wgs.values():  # colocated groups share processes; killing twice is a no-op
             group.shutdown()
         for pool in self.pools:
@@ -183,31 +265,32 @@ class RayPPOTrainer:
             generation_dump.dump_rollouts(
                 batch, self.tokenizer, self.config.trainer.rollout_data_dir, self.global_steps
             )
-            self._balance_batch(batch)
+            if self.config.trainer.balance_batch:
+                self._balance_batch(batch, metrics)
             # bypass: the rollout's log-probs; on-policy: the update's own forward (ratio 1)
             if not (self.config.algorithm.rollout_correction.bypass_mode or self.update_is_on_policy):
                 with timed("old_log_prob", timing):
-                    self._compute_old_log_prob(batch, metrics)
-            if self.config.use_reference:
+                    self._old_log_prob_phase(batch, metrics)
+            if self.use_reference_policy:
                 with timed("ref", timing):
-                    batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+                    batch.union(self._compute_ref_log_prob(batch))
             if self.teachers is not None:
                 with timed("teacher", timing):
                     batch.union(self.teachers.score(batch))
-            if self.config.use_critic:
+            if self.use_critic:
                 with timed("values", timing):
-                    batch.union(self.critic_wg.compute_values(batch))
+                    batch.union(self._compute_values(batch))
             with timed("adv", timing):
                 self._compute_advantage(batch, metrics)
-            if self.config.use_critic:
+            if self.use_critic:
                 with timed("update_critic", timing):
-                    metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+                    metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
             if self.global_steps > self.config.trainer.critic_warmup:
                 with timed("update_actor", timing):
-                    metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+                    metrics.update(reduce_metrics(self._update_actor(batch).meta_info["metrics"]))
                 with timed("update_weights", timing):
                     metrics.update(self.sync_weights())
-        metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
+        metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
         return metrics
@@ -262,12 +345,27 @@ class RayPPOTrainer:
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         return batch
 
-    def _balance_batch(self, batch: DataProto) -> None:
-        """Reorder rows so each data-parallel rank gets a similar number of tokens."""
-        if not self.config.trainer.balance_batch or self.world_size == 1:
+    def _balance_batch(
+        self,
+        batch: DataProto,
+        metrics: dict[str, float] | None = None,
+        logging_prefix: str = "global_seqlen",
+        keep_minibatch: bool = False,
+    ) -> None:
+        """Reorder rows in place so each data-parallel rank gets a similar number of tokens (verl's
+        helper; ``trainer.balance_batch`` decides whether the loop calls it). One rank keeps the order."""
+        if keep_minibatch:
+            raise NotImplementedError(
+                "_balance_batch(keep_minibatch=True) is not supported; balance whole batches"
+            )
+        if self.world_size == 1:
             return
         lengths = batch.batch["attention_mask"].sum(-1).tolist()
-        batch.reorder(torch.as_tensor(np.concatenate(equal_size_partitions(lengths, self.world_size))))
+        parts = equal_size_partitions(lengths, self.world_size)
+        batch.reorder(torch.as_tensor(np.concatenate(parts)))
+        if metrics is not None:
+            tokens = [sum(lengths[i] for i in part) for part in parts]
+            metrics.update({f"{logging_prefix}/min": min(tokens), f"{logging_prefix}/max": max(tokens)})
 
     def _compute_reward(self, batch: DataProto, metrics: dict[str, float]) -> None:
         result = self.reward_fn(batch, return_dict=True)
@@ -277,8 +375,9 @@ class RayPPOTrainer:
                 batch.non_tensor_batch[key] = np.array(values, dtype=object)
         metrics.update(result.get("reward_metrics", {}))
 
-    def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
-        out = self.actor_rollout_wg.compute_log_prob(batch)
+    def _old_log_prob_phase(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        """``old_log_probs`` into ``batch``; the entropy and the rollout/trainer gap into ``metrics``."""
+        out, _ = self._compute_old_log_prob(batch)
         entropys = out.batch.pop("entropys")
         mask = batch.batch["response_mask"].bool()
         metrics["actor/entropy"] = float(entropys[mask].mean()) if mask.any() else 0.0
@@ -287,6 +386,37 @@ class RayPPOTrainer:
             metrics.update(
                 rollout_trainer_gap(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], mask)
             )
+
+    # ------------------------------------------------------------------ verl's step helpers
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        """The prompts to generate from, popped from ``batch`` (with its row columns for agent loops)."""
+        return pop_prompts(batch, self.config.actor_rollout_ref.rollout.uses_agent_loop)
+
+    def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float]:
+        """``old_log_probs`` and ``entropys`` under the current actor, and the pass's MFU (not measured
+        here: 0.0, as verl's legacy workers report)."""
+        return self.actor_rollout_wg.compute_log_prob(batch), 0.0
+
+    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        return self.ref_policy_wg.compute_ref_log_prob(batch)
+
+    def _compute_values(self, batch: DataProto) -> DataProto:
+        return self.critic_wg.compute_values(batch)
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        """PPO epochs on the actor; its metrics in ``meta_info["metrics"]`` (one list entry per rank)."""
+        batch.meta_info.setdefault("temperature", self.config.actor_rollout_ref.rollout.temperature)
+        return self.actor_rollout_wg.update_actor(batch)
+
+    def _update_critic(self, batch: DataProto) -> DataProto:
+        return self.critic_wg.update_critic(batch)
+
+    def _validate(self) -> dict[str, float]:
+        """Generate for the validation set and score it; the metrics (``val-core/...``)."""
+        return self.validator.run(self.global_steps)
+
+    def _save_checkpoint(self) -> str:
+        return self.save_checkpoint()
 
     def _compute_advantage(self, batch: DataProto, metrics: dict[str, float]) -> None:
         algo = self.config.algorithm

@@ -36,11 +36,11 @@ sys.path.insert(0, str(HERE))  # for `cases` (the repository root stays off the 
 
 import cases  # noqa: E402
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask  # noqa: E402
-from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 import verl  # noqa: E402
 from verl.config.algorithm import AlgoConfig, RolloutCorrectionConfig  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 OUTPUT = HERE / "verl091_outputs.pt"
 VALUE_CLIP = 0.5

@@ -1,0 +1,65 @@
+"""What a recipe written for verl finds on the trainer besides the loop's own phases: verl's
+constructor arguments checked, its ``checkpoint_manager`` (the weight sync as an object), and the
+response mask helper.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller.ray import RayWorkerGroup
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RolloutWeights", "check_data_sources", "compute_response_mask", "refuse_unsupported_arguments"]
+
+
+def refuse_unsupported_arguments(ray_worker_group_cls: type, **dataset_args: Any) -> None:
+    """verl's constructor arguments that would do nothing here are refused, naming the argument."""
+    if ray_worker_group_cls is not RayWorkerGroup:
+        raise NotImplementedError(
+            f"RayPPOTrainer(ray_worker_group_cls={ray_worker_group_cls.__name__}): only RayWorkerGroup "
+            "builds the worker groups here; customise the workers through role_worker_mapping instead"
+        )
+    given = [name for name, value in dataset_args.items() if value is not None]
+    if given:
+        raise NotImplementedError(
+            f"RayPPOTrainer({', '.join(f'{n}=...' for n in given)}): the trainer builds its datasets from "
+            "data.train_files / data.val_files; a dataset class of your own is data.custom_cls.path and "
+            "data.custom_cls.name"
+        )
+
+
+def check_data_sources(reward_fn: Any, dataset: Any) -> None:
+    """The project's reward managers check up front that a scorer exists for every ``data_source`` of
+    the dataset; a recipe's own reward function is trusted."""
+    check = getattr(reward_fn, "check_data_sources", None)
+    if check is not None:
+        check(dataset.data_source_locations())
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """``[B, R]`` 1 on the response tokens: the last ``R`` columns of the attention mask, where ``R``
+    is the width of ``responses`` (verl's helper; the rollout also returns ``response_mask``)."""
+    width = data.batch["responses"].size(1)
+    return data.batch["attention_mask"][:, -width:]
+
+
+class RolloutWeights:
+    """verl's ``trainer.checkpoint_manager``: ``update_weights()`` sends the actor's weights to the
+    rollout as the next policy version (the trainer's :meth:`sync_weights` phase); ``sleep_replicas()``
+    frees the engines' memory between generations, which the project's rollouts already do after each
+    batch."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    def update_weights(self) -> dict[str, float]:
+        return self._trainer.sync_weights()
+
+    def sleep_replicas(self) -> None:
+        """Nothing to do: a colocated engine sleeps after every batch it generates."""
