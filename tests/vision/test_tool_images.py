@@ -244,7 +244,9 @@ def test_the_ray_trainers_actor_sees_the_tool_images_of_a_sampled_batch(tmp_path
     reference = transformers_log_probs(config.actor_rollout_ref.model.path, batch, vision)
     mask = batch.batch["response_mask"].bool()
     assert (actor - reference)[mask].abs().max() < 1e-5
-    assert (batch.batch["rollout_log_probs"] - actor)[mask].abs().max() < 1e-5
+    # the rollout decoded token by token with a KV cache, the actor in one forward: fp32 sums in another
+    # order differ by up to ~1.1e-5 (seen under load); a missing or wrong image moves them by > 1e-2
+    assert (batch.batch["rollout_log_probs"] - actor)[mask].abs().max() < 1e-4
 
 
 def test_a_text_policy_given_a_tool_image_is_an_error_naming_the_tool(tmp_path):
