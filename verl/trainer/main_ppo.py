@@ -32,26 +32,37 @@ from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
 from verl.single_controller import WorkerGroupError
 from verl.trainer.ppo import builders
+from verl.trainer.task_runner import TaskRunner, create_rl_dataset, create_rl_sampler
+
+__all__ = ["TaskRunner", "create_rl_dataset", "create_rl_sampler", "main", "run_ppo"]
 
 logger = logging.getLogger(__name__)
 
 
 def run_ppo(
-    config: PPOTrainerConfig, overrides: list[str] | None = None, trainer_cls: type | None = None
+    config: PPOTrainerConfig | DictConfig,
+    overrides: list[str] | None = None,
+    trainer_cls: type | None = None,
+    task_runner_class: type | None = None,
 ) -> dict[str, float]:
     """Build everything from ``config``, train, and always tear the workers down.
 
     ``trainer_cls`` is how a recipe brings its own driver (a subclass of ``RayPPOTrainer``);
     by default ``trainer.mode`` picks the synchronous or the asynchronous trainer.
+    ``task_runner_class`` is verl's way: a :class:`TaskRunner` subclass (or ``ray.remote`` of one)
+    that builds and runs the trainer itself, here in this process. ``config`` may be Hydra's
+    ``DictConfig`` (a verl recipe's ``main``); it is typed and validated first.
 
     A worker that dies or hangs fails the run with an error naming role, rank, method and
     phase, unless ``trainer.max_restarts`` allows rebuilding the workers and resuming from the
-    last checkpoint.
+    last checkpoint (not with a task runner, which owns its trainer).
     """
     from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    if trainer_cls is None:  # a recipe's driver reads its own keys
+    given = config  # a task runner gets the config as given: verl's runners read a DictConfig
+    config = config if isinstance(config, PPOTrainerConfig) else to_typed_config(config)
+    if trainer_cls is None and task_runner_class is None:  # a recipe's driver reads its own keys
         refuse_recipe_only_keys(config)
         trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
@@ -60,6 +71,9 @@ def run_ppo(
     builtin_model = is_builtin_model(config.actor_rollout_ref.model.path)
     log_config_notes(config, builders.resolve_device(config), overrides or [], builtin_model)
     try:
+        if task_runner_class is not None:
+            getattr(task_runner_class, "__ray_actor_class__", task_runner_class)().run(given)
+            return {}
         return _fit_with_restarts(config, trainer_cls)
     finally:
         builders.write_ray_timeline(config)

@@ -16,7 +16,16 @@ class DataLoaders:
     val_dataset: Any
 
 
-def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
+def build_dataloaders(
+    config: PPOTrainerConfig,
+    tokenizer,
+    train_dataset: Any = None,
+    val_dataset: Any = None,
+    collate_fn: Any = None,
+) -> DataLoaders:
+    """The loaders of ``data.*``; a dataset given (verl's ``RayPPOTrainer(train_dataset=...)``, e.g.
+    from ``create_rl_dataset``) replaces the one its files would make, and ``collate_fn`` the
+    default collation."""
     from verl.utils.dataset.dataloader import create_rl_dataloader
     from verl.utils.dataset.rl_dataset import create_rl_dataset
     from verl.utils.dataset.vision import load_vision_processor
@@ -25,18 +34,28 @@ def build_dataloaders(config: PPOTrainerConfig, tokenizer) -> DataLoaders:
     vision = load_vision_processor(config.actor_rollout_ref.model.path, tokenizer)
     if vision is not None:
         check_vision_roles(config)
-    train_ds = create_rl_dataset(data.train_files, data, tokenizer, data.train_max_samples, vision)
-    val_ds = create_rl_dataset(data.val_files, data, tokenizer, data.val_max_samples, vision)
+    if train_dataset is None:
+        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, data.train_max_samples, vision)
+    if val_dataset is None:
+        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, data.val_max_samples, vision)
     seed = data.seed if data.seed is not None else 1
-    train = create_rl_dataloader(train_ds, data.train_batch_size, data.shuffle, seed, drop_last=True)
+    collate = {"collate_fn": collate_fn} if collate_fn is not None else {}
+    train = create_rl_dataloader(
+        train_dataset, data.train_batch_size, data.shuffle, seed, drop_last=True, **collate
+    )
     val = create_rl_dataloader(
-        val_ds, data.val_batch_size or len(val_ds), data.validation_shuffle, seed, drop_last=False
+        val_dataset,
+        data.val_batch_size or len(val_dataset),
+        data.validation_shuffle,
+        seed,
+        drop_last=False,
+        **collate,
     )
     if len(train) == 0:
         raise ValueError(
-            f"data.train_files has {len(train_ds)} rows, fewer than data.train_batch_size={data.train_batch_size}"
+            f"data.train_files has {len(train_dataset)} rows, fewer than data.train_batch_size={data.train_batch_size}"
         )
-    return DataLoaders(train=train, val=val, val_dataset=val_ds)
+    return DataLoaders(train=train, val=val, val_dataset=val_dataset)
 
 
 def check_vision_roles(config: PPOTrainerConfig) -> None:

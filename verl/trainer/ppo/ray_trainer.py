@@ -104,18 +104,12 @@ class RayPPOTrainer:
         train_sampler: Any = None,
         device_name: str | None = None,
     ) -> None:
-        refuse_unsupported_arguments(
-            ray_worker_group_cls=ray_worker_group_cls,
-            train_dataset=train_dataset,
-            val_dataset=val_dataset,
-            collate_fn=collate_fn,
-            train_sampler=train_sampler,
-        )
         if (role_worker_mapping is None) != (resource_pool_manager is None):
             raise ValueError(
                 "role_worker_mapping and resource_pool_manager go together: give both or neither"
             )
         config = config if isinstance(config, PPOTrainerConfig) else to_typed_config(config)
+        refuse_unsupported_arguments(ray_worker_group_cls, train_sampler, config.data.shuffle)
         self.config = config
         # workers may run in another directory (or on another node): they get absolute paths
         config.trainer.default_local_dir = os.path.abspath(
@@ -127,7 +121,7 @@ class RayPPOTrainer:
         self.device = self.device_name = device_name or builders.resolve_device(config)
         self.tokenizer = tokenizer if tokenizer is not None else builders.build_tokenizer(config)
         self.processor = processor
-        self.data = build_dataloaders(config, self.tokenizer)
+        self.data = build_dataloaders(config, self.tokenizer, train_dataset, val_dataset, collate_fn)
         self.train_dataloader, self.val_dataloader = self.data.train, self.data.val
         self.total_training_steps = builders.total_training_steps(config, len(self.data.train))
         builders.set_total_steps(config, self.total_training_steps)

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import torch
+from torch.utils.data import RandomSampler, SequentialSampler
 
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayWorkerGroup
@@ -18,27 +19,33 @@ logger = logging.getLogger(__name__)
 __all__ = ["RolloutWeights", "check_data_sources", "compute_response_mask", "refuse_unsupported_arguments"]
 
 
-def refuse_unsupported_arguments(ray_worker_group_cls: type, **dataset_args: Any) -> None:
-    """verl's constructor arguments that would do nothing here are refused, naming the argument."""
+def refuse_unsupported_arguments(ray_worker_group_cls: type, train_sampler: Any, shuffle: bool) -> None:
+    """verl's constructor arguments that could not take effect here are refused, naming the argument.
+
+    ``train_sampler``: the loader keeps its own seeded order (so a resume continues exactly), which is
+    what verl's ``create_rl_sampler`` asks for (random with ``data.shuffle``, else in order); any other
+    sampler (a curriculum) is refused."""
     if ray_worker_group_cls is not RayWorkerGroup:
         raise NotImplementedError(
             f"RayPPOTrainer(ray_worker_group_cls={ray_worker_group_cls.__name__}): only RayWorkerGroup "
             "builds the worker groups here; customise the workers through role_worker_mapping instead"
         )
-    given = [name for name, value in dataset_args.items() if value is not None]
-    if given:
+    if train_sampler is None:
+        return
+    expected = RandomSampler if shuffle else SequentialSampler
+    if not isinstance(train_sampler, expected):
         raise NotImplementedError(
-            f"RayPPOTrainer({', '.join(f'{n}=...' for n in given)}): the trainer builds its datasets from "
-            "data.train_files / data.val_files; a dataset class of your own is data.custom_cls.path and "
-            "data.custom_cls.name"
+            f"RayPPOTrainer(train_sampler={type(train_sampler).__name__}): with data.shuffle={shuffle} the "
+            f"loader's own seeded order stands for a {expected.__name__} (verl's create_rl_sampler); "
+            "other samplers are not supported"
         )
 
 
 def check_data_sources(reward_fn: Any, dataset: Any) -> None:
     """The project's reward managers check up front that a scorer exists for every ``data_source`` of
-    the dataset; a recipe's own reward function is trusted."""
+    the dataset; a recipe's own reward function (or dataset) is trusted."""
     check = getattr(reward_fn, "check_data_sources", None)
-    if check is not None:
+    if check is not None and hasattr(dataset, "data_source_locations"):
         check(dataset.data_source_locations())
 
 
