@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ActorRolloutRefConfig
@@ -33,6 +32,7 @@ from verl.config.compat import (
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
 from verl.config.distillation import DistillationConfig, check_distillation
+from verl.config.hydra_schema import on_schema, register_schema
 from verl.config.megatron import check_megatron_roles
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 
 CONFIG_DIR = str(Path(__file__).parent.parent / "trainer" / "config")
 """Where the presets (``ppo_trainer.yaml``, ...) live: verl's ``pkg://verl.trainer.config``."""
-SCHEMA_NAME = "ppo_trainer_schema"
 
 
 @dataclass
@@ -325,12 +324,15 @@ GROUP_BASELINE_ESTIMATORS = (
     "remax",
 )
 
-ConfigStore.instance().store(name=SCHEMA_NAME, node=PPOTrainerConfig)
+register_schema("ppo_trainer", PPOTrainerConfig)
 
 
 def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     """Check for keys added with ``+`` that the schema lacks, resolve interpolations, build the
-    dataclasses (type-checked by OmegaConf), convert verl's deprecated spellings (logged), validate."""
+    dataclasses (type-checked by OmegaConf), convert verl's deprecated spellings (logged), validate.
+    A config plain Hydra composed without the schema registered is merged onto it first
+    (:func:`~verl.config.hydra_schema.on_schema`)."""
+    cfg = on_schema(cfg, PPOTrainerConfig)
     check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, PPOTrainerConfig):

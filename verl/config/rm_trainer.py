@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
 from verl.config.base import POSITIVE, BaseConfig, at_least, check, check_choice, check_ranges, ranged
+from verl.config.hydra_schema import register_schema
 from verl.config.megatron import MEGATRON
 from verl.config.sft_trainer import SFT_INERT_KEYS, TRUNCATIONS, SFTTrainerConfig
-
-RM_SCHEMA_NAME = "rm_trainer_schema"
 
 
 @dataclass
@@ -93,7 +90,7 @@ class RMTrainerConfig(SFTTrainerConfig):
         return (*SFT_INERT_KEYS, "model.use_remove_padding")  # pairs run padded
 
 
-ConfigStore.instance().store(name=RM_SCHEMA_NAME, node=RMTrainerConfig)
+register_schema("rm_trainer", RMTrainerConfig)
 
 
 def load_rm_config(overrides: list[str] | None = None, config_dir: str | None = None) -> RMTrainerConfig:

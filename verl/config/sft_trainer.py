@@ -16,7 +16,6 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.actor import ModelConfig
@@ -34,6 +33,7 @@ from verl.config.base import (
 )
 from verl.config.compat import check_known_keys
 from verl.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.config.hydra_schema import on_schema, register_schema
 from verl.config.keypaths import get_key, is_schema_key, set_key
 from verl.config.megatron import INERT_FIELDS, MEGATRON, STRATEGIES, MegatronConfig, refuse_not_yet
 from verl.config.sft_data import TRUNCATIONS as TRUNCATIONS
@@ -42,8 +42,6 @@ from verl.config.sft_data import SFTDataConfig
 from verl.config.trainer import LOGGERS
 
 logger = logging.getLogger(__name__)
-
-SFT_SCHEMA_NAME = "sft_trainer_schema"
 
 
 @dataclass
@@ -215,7 +213,7 @@ class SFTTrainerConfig(BaseConfig):
         return tuple(key for key in dict.fromkeys(SFT_INERT_KEYS + engine) if key not in read)
 
 
-ConfigStore.instance().store(name=SFT_SCHEMA_NAME, node=SFTTrainerConfig)
+register_schema("sft_trainer", SFTTrainerConfig)
 
 
 # fsdp_sft_trainer's spellings -> the keys read here
@@ -290,6 +288,7 @@ def to_typed_sft_config(cfg: DictConfig, schema: type | None = None) -> SFTTrain
     """Unknown ``+`` keys refused, interpolations resolved, aliases converted (logged), validated
     (``schema``: the expected config class, SFTTrainerConfig by default)."""
     schema = schema or SFTTrainerConfig
+    cfg = on_schema(cfg, schema)
     check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, schema):

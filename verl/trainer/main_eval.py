@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.base import POSITIVE, ConfigError, at_least, check, check_ranges, ranged
 from verl.config.cli import check_argv, compose_config, user_errors_as_one_line
 from verl.config.compat import check_known_keys, strip_schema_plus
+from verl.config.hydra_schema import on_schema, register_schema
 from verl.config.ppo_trainer import CONFIG_DIR
 from verl.config.reward import CustomRewardFunctionConfig
 from verl.trainer.offline_data import check_sequence, read_parquet_files, require_column, row_location
@@ -47,8 +47,6 @@ from verl.utils.reward_score import is_known_data_source
 from verl.utils.reward_score.scorer_process import ScorerLoadError, ScorerSpec, load_function_from_file
 
 logger = logging.getLogger(__name__)
-
-EVAL_SCHEMA_NAME = "evaluation_schema"
 
 
 @dataclass
@@ -98,11 +96,13 @@ class EvalConfig:
         self.custom_reward_function.validate("custom_reward_function")
 
 
-ConfigStore.instance().store(name=EVAL_SCHEMA_NAME, node=EvalConfig)
+register_schema("evaluation", EvalConfig)
 
 
 def to_eval_config(cfg: DictConfig) -> EvalConfig:
-    """The typed, validated config (a key added with ``+`` that the schema lacks is an error)."""
+    """The typed, validated config (a key added with ``+`` that the schema lacks is an error); a
+    config plain Hydra composed without the schema registered is merged onto it first."""
+    cfg = on_schema(cfg, EvalConfig)
     check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, EvalConfig):
