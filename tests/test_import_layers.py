@@ -36,6 +36,7 @@ LAYERS = {
     "verl.base_config": "config",
     "verl.algorithms": "algorithms",
     "verl.tools": "tools",
+    "verl.interactions": "interactions",
     "verl.config": "config",
     "verl.single_controller": "single_controller",
     "verl.workers": "workers",
@@ -63,6 +64,7 @@ LIBRARY = (
     "tools",
     "config",
     "data",
+    "interactions",
     "single_controller",
     "workers",
     "experimental",
@@ -77,6 +79,7 @@ MAY_IMPORT = {
     "tools": ("utils",),
     "config": ("utils", "algorithms"),
     "data": ("utils", "protocol", "tools", "config"),
+    "interactions": ("utils", "tools", "data"),  # the tools' class loader; the scorers
     "single_controller": ("utils", "protocol"),
     "workers": ("utils", "protocol", "algorithms", "tools", "config", "data", "single_controller"),
     "experimental": (
@@ -86,6 +89,7 @@ MAY_IMPORT = {
         "tools",
         "config",
         "data",
+        "interactions",
         "single_controller",
         "workers",
     ),

@@ -144,6 +144,15 @@ RECIPE_NAMES = {
     "verl.experimental.agent_loop.register": [],
     "verl.tools.base_tool.BaseTool": ["create", "execute", "calc_reward", "release"],
     "verl.tools.schemas.OpenAIFunctionToolSchema": [],
+    "verl.interactions.base.BaseInteraction": [
+        "start_interaction",
+        "generate_response",
+        "calculate_score",
+        "finalize_interaction",
+    ],
+    "verl.interactions.gsm8k_interaction.Gsm8kInteraction": [],
+    "verl.interactions.utils.interaction_registry.initialize_interactions_from_config": [],
+    "verl.interactions.utils.interaction_registry.get_interaction_class": [],
 }
 """Names verl's recipes import beyond the reference, with the members they use."""
 

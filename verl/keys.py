@@ -50,6 +50,8 @@ NON_TENSOR_KEYS: dict[str, str] = {
     "full_prompts": "the prompt text after the chat template (when data.return_full_prompt=True)",
     "index": "row index inside its dataset split",
     "multi_modal_inputs": "dict per row of a vision-language model's image inputs: pixel_values [patches, C], image_grid_thw [images, 3] (empty without images), in the order of the row's image blocks (an agent loop's tools' images follow the prompt's)",
+    "tool_rewards": "list per row of an agent loop's tool rewards (each call's step reward, then each tool's calc_reward)",
+    "turn_scores": "list per row of the scores an interaction (simulated user) gave the trajectory's answers, in order",
     "acc": "1.0/0.0 per row: the scorer's verdict (when the scorer reports it, as reward_extra_info)",
 }
 

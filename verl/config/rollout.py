@@ -46,11 +46,14 @@ class MultiTurnConfig(BaseConfig):
     max_assistant_turns: int | None = ranged(None, at_least(1))
     """Most model turns in one trajectory (null: until the response budget is spent)."""
     max_user_turns: int | None = ranged(None, at_least(1))
-    """Most tool/user turns in one trajectory (null: no limit)."""
+    """Most tool turns plus interaction (simulated user) replies in one trajectory (null: no limit)."""
     max_turns: int | None = ranged(None, at_least(1))
     """Older verl's turn limit (no effect: use max_assistant_turns / max_user_turns)."""
     tool_config_path: str | None = None
     """verl's tool YAML (tools: [{class_name, config, tool_schema}]) for the tool_agent loop."""
+    interaction_config_path: str | None = None
+    """verl's interaction YAML (interaction: [{name, class_name, config}]): simulated users that reply to the
+    tool_agent loop's answers; a row picks one by extra_info.interaction_kwargs.name."""
     function_tool_path: str | None = None
     """verl's Python-function tools (not supported yet: must stay null; write a BaseTool)."""
     max_parallel_calls: int = ranged(1, at_least(1))

@@ -21,8 +21,12 @@ import yaml
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
+TOOL_CONFIG_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
-def get_tool_class(class_name: str, where: str) -> type[BaseTool]:
+
+def load_class(class_name: str, where: str, base: type) -> type:
+    """The class a YAML entry's ``class_name`` (``package.module.Class``) names, checked to subclass
+    ``base``; errors name ``where`` (the file and entry). The one loader of tools and interactions."""
     module_name, _, attr = class_name.rpartition(".")
     if not module_name:
         raise ValueError(f"{where}.class_name: {class_name!r} is not a dotted path (package.module.Class)")
@@ -30,34 +34,35 @@ def get_tool_class(class_name: str, where: str) -> type[BaseTool]:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"{where}.class_name: cannot import {class_name!r} ({error})") from error
-    if not (isinstance(cls, type) and issubclass(cls, BaseTool)):
+    if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ValueError(
-            f"{where}.class_name: {class_name!r} is not a subclass of verl.tools.base_tool.BaseTool"
+            f"{where}.class_name: {class_name!r} is not a subclass of {base.__module__}.{base.__qualname__}"
         )
     return cls
 
 
-def resolve_tool_config_path(path: str) -> str:
+def get_tool_class(class_name: str, where: str) -> type[BaseTool]:
+    return load_class(class_name, where, BaseTool)
+
+
+def resolve_tool_config_path(path: str, key: str = TOOL_CONFIG_KEY) -> str:
     """``pkg://package.name/relative/file.yaml`` -> the file inside that installed package (so a
-    preset can name a YAML it ships, from any working directory); other paths: ``~`` expanded."""
+    preset can name a YAML it ships, from any working directory); other paths: ``~`` expanded.
+    ``key``: the config key that gave the path, for the error."""
     if not path.startswith("pkg://"):
         return os.path.expanduser(path)
     package, _, relative = path.removeprefix("pkg://").partition("/")
     try:
         return str(importlib.resources.files(package).joinpath(relative))
     except ModuleNotFoundError as error:
-        raise FileNotFoundError(
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {path}: no package {package!r}"
-        ) from error
+        raise FileNotFoundError(f"{key}: {path}: no package {package!r}") from error
 
 
 def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
     """Instantiate every tool of the YAML file; errors name the file, the entry and the field."""
     path = resolve_tool_config_path(tools_config_file)
     if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {path}: no such file"
-        )
+        raise FileNotFoundError(f"{TOOL_CONFIG_KEY}: {path}: no such file")
     with open(path) as f:
         data = yaml.safe_load(f) or {}
     entries = data.get("tools") if isinstance(data, dict) else None

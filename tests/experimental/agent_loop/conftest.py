@@ -58,27 +58,37 @@ def agent(tmp_path_factory):
         ]
     )
     tokenizer = load_tokenizer(model_path)
+    server, front, manager = serve(config, tokenizer)
+    yield manager, tokenizer, server.rollout
+    manager.close()
+    front.close()
+    server.close()
+
+
+def serve(config, tokenizer):
+    """The hf rollout server (loopback HTTP) on the config's model, and an AgentLoopManager over it."""
     rollout_cfg = config.actor_rollout_ref.rollout
     model = load_causal_lm(config.actor_rollout_ref.model)
     rollout = HFRollout(
         model,
         rollout_cfg,
         tokenizer.pad_token_id,
-        eos_token_ids(tokenizer, model_path),
+        eos_token_ids(tokenizer, config.actor_rollout_ref.model.path),
         torch.device("cpu"),
         0,
     )
     server, front = build_server(rollout, rollout_cfg, tokenizer, "tool-model")
-    manager = AgentLoopManager(config, [front.address], tokenizer)
-    yield manager, tokenizer, rollout
-    manager.close()
-    front.close()
-    server.close()
+    return server, front, AgentLoopManager(config, [front.address], tokenizer)
 
 
 def run(
-    manager: AgentLoopManager, tokenizer, questions: list[str], agent_name: str | None = None
+    manager: AgentLoopManager,
+    tokenizer,
+    questions: list[str],
+    agent_name: str | None = None,
+    columns: dict[str, list] | None = None,
 ) -> DataProto:
+    """Greedy trajectories for ``questions`` (``columns``: more non-tensor columns, one value per row)."""
     width = manager.rollout.prompt_length
     rows = [
         tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
@@ -93,6 +103,7 @@ def run(
             "raw_prompt": _column([[{"role": "user", "content": q}] for q in questions]),
             "reward_model": _column([{"ground_truth": "84"} for _ in questions]),
             **({"agent_name": _column([agent_name] * len(questions))} if agent_name else {}),
+            **{key: _column(values) for key, values in (columns or {}).items()},
         },
         meta_info={"do_sample": False},
     )

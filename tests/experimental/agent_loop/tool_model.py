@@ -5,7 +5,8 @@ Character-level tokenizer (printable ASCII) plus one multi-character token, ``<8
 pre-tokenizer never produces from text: when the model emits it, decoding gives "84" and
 re-encoding gives the two tokens "8", "4" (a case where decode-then-encode changes the ids).
 Chat template: user and assistant contents as they are, tool answers between ``<r>`` and
-``</r>``, and ``>`` as the generation prompt.
+``</r>``, and ``>`` as the generation prompt. ``Q7`` answers wrong, is told so by a simulated user
+(an interaction of tests/interactions), and answers again.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ def call(name: str, arguments: dict) -> str:
     )
 
 
-# prompt -> the model's turns (a turn is a list of pieces: text, or ANSWER_TOKEN), and the tool
-# answers between them (what the test's tools return, as rendered by the template)
+USER_RETRY = "No.Again?"
+"""The user's reply to Q7's first answer. Without spaces, as every text here: the saved tokenizer is
+loaded back as Qwen2's (the model's type), whose byte-level pre-tokenizer drops them."""
+
+# prompt -> the model's turns (a turn is a list of pieces: text, or ANSWER_TOKEN), and the answers
+# between them: a tool's (a string, as the test's tools return it) or a user's ({"user": text})
 CONVERSATIONS = {
     "Q1": ([[call("calculator", {"expression": "12*7"})], [ANSWER_TOKEN]], ["84"]),
     "Q2": ([['<tool_call>{"name":"calculator",</tool_call>']], []),
@@ -44,6 +49,7 @@ CONVERSATIONS = {
     "Q4": ([[call("boom", {})]], []),
     "Q5": ([[call("wait", {})]], []),
     "Q6": ([["7"]], []),
+    "Q7": ([["7"], [ANSWER_TOKEN]], [{"user": USER_RETRY}]),
 }
 
 
@@ -86,9 +92,11 @@ def conversation_ids(tokenizer, prompt: str) -> tuple[list[int], list[int]]:
         ids += turn_ids
         labels += turn_ids
         if i < len(answers):
-            tool = tokenizer(f"<r>{answers[i]}</r>>", add_special_tokens=False)["input_ids"]
-            ids += tool
-            labels += [-100] * len(tool)
+            answer = answers[i]
+            text = f"{answer['user']}>" if isinstance(answer, dict) else f"<r>{answer}</r>>"
+            context = tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids += context
+            labels += [-100] * len(context)
     return ids, labels
 
 

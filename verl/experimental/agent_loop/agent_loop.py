@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import yaml
 
+from verl.interactions.base import BaseInteraction
 from verl.utils.dataset.vision import VisionProcessor, image_messages
 from verl.workers.rollout.server_client import post_json
 from verl.workers.vision import MULTI_MODAL_INPUTS, encode_images
@@ -169,7 +170,8 @@ _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "do_sam
 
 class AgentLoopBase(ABC):
     """``config``: the whole trainer config; ``tools``: the tools of ``multi_turn.tool_config_path``
-    by name; ``processor``: the policy's :class:`VisionProcessor` (None for a text model)."""
+    by name; ``interactions``: the simulated users of ``multi_turn.interaction_config_path`` by name;
+    ``processor``: the policy's :class:`VisionProcessor` (None for a text model)."""
 
     takes_images = False
     """Whether the loop passes a row's images to the model (and returns them in
@@ -182,6 +184,7 @@ class AgentLoopBase(ABC):
         tokenizer: Any,
         tools: dict[str, Any] | None = None,
         processor: VisionProcessor | None = None,
+        interactions: dict[str, BaseInteraction] | None = None,
         **kwargs: Any,
     ) -> None:
         self.config = config
@@ -190,6 +193,7 @@ class AgentLoopBase(ABC):
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.tools = tools or {}
+        self.interactions = interactions or {}
         self.apply_chat_template_kwargs = dict(config.data.apply_chat_template_kwargs or {})
 
     @abstractmethod

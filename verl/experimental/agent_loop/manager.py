@@ -11,7 +11,8 @@ or a long answer never holds up the other trajectories. The batch the trainer ge
 * ``response_mask`` [B, R]: 1 on model tokens only (interior zeros on tool turns);
   ``attention_mask`` covers every real token, ``position_ids`` count them;
 * ``rollout_log_probs`` (``calculate_log_probs``), ``response_versions`` (-1 off model tokens),
-  ``policy_version``; non-tensor ``__num_turns__`` and ``tool_rewards``;
+  ``policy_version``; non-tensor ``__num_turns__``, ``tool_rewards`` and ``turn_scores`` (the scores
+  an interaction gave the trajectory's turns, :mod:`verl.interactions`);
 * for a vision-language policy: ``multi_modal_inputs`` per row (the prompt's images, then those its
   tools returned, in the order of their image blocks; it replaces the prompts' column) and
   ``position_ids`` ``[B, 3, P + R]``, the M-RoPE positions of the whole sequence with all its images.
@@ -36,6 +37,7 @@ from verl.experimental.agent_loop.agent_loop import (
     render_messages,
 )
 from verl.experimental.agent_loop.chat_proxy import ChatProxy
+from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
 from verl.protocol import DataProto
 from verl.utils.dataset.vision import load_vision_processor
 from verl.workers.rollout.sampling import derived_seed
@@ -64,6 +66,8 @@ class AgentLoopManager:
         )
         path = self.rollout.multi_turn.tool_config_path
         self.tools = {tool.name: tool for tool in initialize_tools_from_config(path)} if path else {}
+        path = self.rollout.multi_turn.interaction_config_path
+        self.interactions = initialize_interactions_from_config(path) if path else {}
         self._executor = ThreadPoolExecutor(max_workers=MAX_CONCURRENCY, thread_name_prefix="agent-http")
         self.server_manager = ServerManager(addresses, self.rollout.server.timeout_s, self._executor)
         render = functools.partial(
@@ -114,6 +118,7 @@ class AgentLoopManager:
             self.server_manager,
             self.tokenizer,
             tools=self.tools,
+            interactions=self.interactions,
             chat_proxy=self.chat_proxy,
             processor=self.processor,
             **init_kwargs,
@@ -172,6 +177,7 @@ class AgentLoopManager:
         non_tensor = {
             "__num_turns__": np.array([o.num_turns for o in outputs], dtype=np.int64),
             "tool_rewards": _object_array([o.extra_fields.get("tool_rewards", []) for o in outputs]),
+            "turn_scores": _object_array([o.extra_fields.get("turn_scores", []) for o in outputs]),
         }
         if self.processor is not None:
             self._add_images(tensors, non_tensor, outputs)

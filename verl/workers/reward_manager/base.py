@@ -17,9 +17,11 @@ something that is not a number or a dict with a numeric ``"score"`` scores 0.0 a
 If ``data.batch`` has ``rm_scores`` (a reward-model worker ran), they are the reward, as in verl,
 unless a custom function is configured (``custom_reward_function.path``): then that function is
 called as usual with the row's model score added to its ``extra_info`` as ``rm_score``, and
-returns the reward (e.g. the model score plus a rule bonus). With a generative reward model
-(``judge_addresses``), every call also gets ``reward_router_address``: the base URL of a judge
-server (OpenAI-compatible ``/v1/chat/completions``), spread over the servers row by row.
+returns the reward (e.g. the model score plus a rule bonus). After a multi-turn rollout, its
+``tool_rewards`` and ``turn_scores`` columns are in each call's ``extra_info`` too. With a
+generative reward model (``judge_addresses``), every call also gets ``reward_router_address``: the
+base URL of a judge server (OpenAI-compatible ``/v1/chat/completions``), spread over the servers
+row by row.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from verl.utils.reward_score import UnknownDataSourceError, default_compute_scor
 from verl.utils.reward_score.scorer_process import ScorerSpec
 from verl.workers.reward_manager.abstract import AbstractRewardManager
 from verl.workers.reward_manager.pool import ScoreOutcome, ScoringPool, check_picklable
+
+MULTI_TURN_RESULTS = ("tool_rewards", "turn_scores")
+"""Per-row lists a multi-turn rollout reports (tool rewards, an interaction's turn scores); the scorer
+finds them in its ``extra_info``, as verl's reward loop passes them."""
 
 __all__ = ["RewardManager", "ScoredBatch"]
 
@@ -218,6 +224,10 @@ class RewardManager(AbstractRewardManager):
             }
             for i in range(len(responses))
         ]
+        for key in MULTI_TURN_RESULTS:
+            column = data.non_tensor_batch.get(key)
+            for call, value in zip(calls, column if column is not None else []):
+                call["extra_info"] = {**(call["extra_info"] or {}), key: list(value)}
         if "rm_scores" in data.batch.keys():
             for call, score in zip(calls, data.batch["rm_scores"].sum(-1).tolist()):
                 call["extra_info"] = {**(call["extra_info"] or {}), "rm_score": score}

@@ -1,0 +1,1 @@
+"""Loading interactions from their YAML (:mod:`verl.interactions.utils.interaction_registry`)."""
