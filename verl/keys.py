@@ -35,6 +35,7 @@ BATCH_KEYS: dict[str, str] = {
     "rm_truncated": "[B] 1.0 where the reward model read a conversation cut to reward_model.max_length",
     "response_versions": "[B, R] policy version that generated each response token (async training)",
     "policy_version": "[B] policy version at the start of generation of each row",
+    "acc": "[B] the scores PrimeRewardManager also stores in the batch (verl's)",
     "loss_mask": "[B, L] SFT only: 1 on the assistant's tokens (the targets), 0 elsewhere; sequences right-padded",
 }
 
@@ -76,5 +77,6 @@ META_KEYS: dict[str, str] = {
     "use_dynamic_bsz": "whether to group micro-batches by token count",
     "policy_version": "version of the weights that served a request",
     "proximal_weights": "True when compute_log_prob should use the weights kept at the last sync (async compute_prox_log_prob)",
+    "reward_extra_keys": "names of the non-tensor columns a reward manager reports as reward_extra_info (verl's AbstractRewardManager)",
     "rollout_corr_metrics": "dict of rollout_corr/* metrics written by compute_advantage (algorithm.rollout_correction)",
 }
