@@ -21,7 +21,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score.scorer_process import ScorerSpec
-from verl.workers.reward import NaiveRewardManager
+from verl.workers.reward_manager import NaiveRewardManager
 
 PROMPT_LEN, RESPONSE_LEN = 8, 160
 
