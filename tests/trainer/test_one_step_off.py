@@ -117,3 +117,36 @@ def test_verls_one_step_off_line_trains_two_steps_on_cpu(builtin_assets, tmp_pat
     assert staleness == {1: 0, 2: 1}  # batch 2 was generated while batch 1 trained
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
         assert math.isfinite(metrics[key]), (key, metrics.get(key))
+
+
+@pytest.mark.usefixtures("ray_session", "builtin_assets")
+def test_one_step_off_in_server_mode_generates_each_batch_with_one_version():
+    """verl's one-step-off with server-mode rollout: the weight sync waits for the batch in flight, so
+    no response spans two versions, and each batch after the first is one version old."""
+    from tests.trainer.fit import fit_trainer
+    from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
+
+    steps = 3
+    config = load_config(
+        [
+            "actor_rollout_ref.rollout.mode=async",
+            f"trainer.total_training_steps={steps}",
+            "trainer.val_before_train=False",
+            "trainer.test_freq=-1",
+            "trainer.logger=[console]",
+            "trainer.n_gpus_per_node=1",
+            "trainer.cpus_per_worker=1",  # a trainer process beside a rollout process on two cores
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.rollout.n=2",
+        ],
+        config_name=CONFIG_NAME,
+    )
+    assert not config.async_training.partial_rollout
+    trainer = fit_trainer(config, AsyncPPOTrainer)
+    assert len(trainer.staleness_seen) == steps * 8 * 2
+    assert max(trainer.version_spans_seen) == 0  # each response generated with one version
+    assert sorted(set(trainer.staleness_seen)) == [
+        0,
+        1,
+    ]  # the first batch on-policy, the later ones one behind

@@ -41,7 +41,9 @@ class AsyncTrainingConfig(BaseConfig):
     """True: a weight update published while a batch is generated lands mid-batch (hf: between two
     decoding steps, so token versions change inside a sequence; vllm: between two engine calls).
     False: each batch is generated entirely with the weights published when it was submitted, so a
-    seeded run gives the same samples whatever the timing (up to max_staleness + 1 versions are kept)."""
+    seeded run gives the same samples whatever the timing (rollout.mode=sync: up to max_staleness + 1
+    versions are kept; rollout.mode=async: a weight sync waits for the batches in flight, as verl's
+    one-step-off does in server mode)."""
     partial_rollout_interrupt_at: int | None = ranged(None, at_least(1))
     """With partial_rollout and rollout.mode=sync: a batch the schedule trains after the next weight sync
     is generated up to this response token with the version of its submission, then continued with the

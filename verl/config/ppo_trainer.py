@@ -206,13 +206,6 @@ class PPOTrainerConfig(BaseConfig):
         check(rollout.do_sample, f"{prefix}.do_sample", f"True {why}", rollout.do_sample)
 
     def _check_async(self) -> None:
-        check(
-            self.async_training.partial_rollout or self.actor_rollout_ref.rollout.mode == "sync",
-            "async_training.partial_rollout",
-            "True with actor_rollout_ref.rollout.mode=async (a server installs each published version "
-            "between two decoding steps; generating a batch with one pinned version needs rollout.mode=sync)",
-            False,
-        )
         rollout, at = self.actor_rollout_ref.rollout, self.async_training.partial_rollout_interrupt_at
         check(
             at is None

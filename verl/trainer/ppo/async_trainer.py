@@ -362,7 +362,11 @@ class AsyncPPOTrainer(RayPPOTrainer):
             self.policy_version, cfg.weight_transport, cfg.weight_dir, proximal
         )[0]
         keep_from = None  # partial rollout: swapped in at once, mid-batch
-        if self.pinned:  # kept until the batches submitted with older versions have run
+        if self.pinned and self.config.actor_rollout_ref.rollout.mode == "async":
+            # a server takes a version as it comes: the batches in flight finish with theirs first (verl's
+            # one-step-off in server mode: the sync waits for the batch in flight)
+            self._finish_in_flight(older_than=self.policy_version)
+        elif self.pinned:  # kept until the batches submitted with older versions have run
             keep_from = min([b.weight_version for b in self._in_flight] + [self.policy_version])
         try:
             self.rollout_wg.receive_weights(parcel, keep_from)
@@ -380,16 +384,25 @@ class AsyncPPOTrainer(RayPPOTrainer):
         on, though the weights that generated them are not in the checkpoint. The data position is
         the one after their prompts."""
         state = super()._driver_state()
-        for generation in self._in_flight:
-            generation.future = Finished(self._responses(generation))
-            generation.prefix = None  # joined in the output kept
-            if self.stream is not None:  # the future it was watched by is replaced
-                self.stream.watch(generation)
+        self._finish_in_flight()
         state["in_flight"] = list(self._in_flight)
         state["window_submitted"] = self._window_submitted
         if self.stream is not None:
             state["stream"] = self.stream.state_dict()
         return state
+
+    def _finish_in_flight(self, older_than: int | None = None) -> None:
+        """Wait for the generations in flight (those submitted with a version below ``older_than``) and
+        keep their responses with them."""
+        for generation in self._in_flight:
+            if isinstance(generation.future, Finished):
+                continue
+            if older_than is not None and generation.weight_version >= older_than:
+                continue
+            generation.future = Finished(self._responses(generation))
+            generation.prefix = None  # joined in the output kept
+            if self.stream is not None:  # the future it was watched by is replaced
+                self.stream.watch(generation)
 
     def _restore_driver_state(self, state: dict) -> None:
         self._in_flight = deque(state.get("in_flight", []))
