@@ -2,7 +2,8 @@
 
 Loading checks everything it can before training starts: each file exists and is parquet, has
 rows and the schema's columns (:mod:`verl.utils.dataset.schema`), every row's prompt is a list of
-chat messages and has a ground truth. With ``data.truncation=error`` (or
+chat messages and has a ground truth; for a vision-language model, a file whose prompts hold
+``<image>`` has the ``data.image_key`` column and each row one image per placeholder. With ``data.truncation=error`` (or
 ``data.filter_overlong_prompts``) every prompt is also measured, so an overlong prompt fails at
 load time (or is dropped) rather than at step 1000 (the counts are remembered in the process for
 the same files and tokenizer). Errors name the file, the row and the column.
@@ -30,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from verl.config.data import DataConfig
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.dataset.schema import DatasetError, validate_columns, validate_row, where
-from verl.utils.dataset.vision import check_media, image_messages
+from verl.utils.dataset.vision import check_image_rows, check_media, image_messages
 
 __all__ = ["RLHFDataset", "as_data_config", "collate_fn", "create_rl_dataset", "truncate_ids"]
 
@@ -157,12 +158,15 @@ class RLHFDataset(torch.utils.data.Dataset):
         table = _read_parquet(file)
         cfg = self.config
         validate_columns(table.column_names, file, [cfg.prompt_key, cfg.reward_fn_key, "reward_model"])
-        for row, record in enumerate(table.to_pylist()):
+        records = table.to_pylist()
+        for row, record in enumerate(records):
             validate_row(record, file, row, prompt_key=cfg.prompt_key, data_source_key=cfg.reward_fn_key)
             keys = (cfg.image_key, cfg.video_key)
             check_media(record, file, row, keys, "actor_rollout_ref.model.path", self.processor)
-            self.rows.append(record)
-            self.locations.append((file, row))
+        if self.processor is not None:
+            check_image_rows(records, file, table.column_names, cfg.image_key, cfg.prompt_key)
+        self.rows.extend(records)
+        self.locations.extend((file, row) for row in range(len(records)))
 
     def _fill_missing_columns(self) -> None:
         # Files may differ in optional columns; every item must have the same keys to be collated.

@@ -74,15 +74,45 @@ def check_media(
         )
 
 
-def image_messages(messages: list[dict[str, Any]], num_images: int, location: str) -> list[dict[str, Any]]:
-    """``messages`` with each ``<image>`` turned into an image content part; the number of
-    placeholders must equal the row's number of images."""
-    found = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages if isinstance(m["content"], str))
+def count_placeholders(messages: list[dict[str, Any]]) -> int:
+    """The ``<image>`` placeholders in the text of ``messages``."""
+    return sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages if isinstance(m.get("content"), str))
+
+
+def check_placeholders(messages: list[dict[str, Any]], num_images: int, location: str) -> None:
+    """Each of the row's ``num_images`` images needs one ``<image>`` in ``messages``, and no more."""
+    found = count_placeholders(messages)
     if found != num_images:
         raise DatasetError(
             f"{location}: the prompt has {found} {IMAGE_PLACEHOLDER} placeholder(s) but the row has "
             f"{num_images} image(s); each image needs one {IMAGE_PLACEHOLDER} where it goes"
         )
+
+
+def check_image_rows(
+    records: list[dict[str, Any]], file: str, columns: list[str], image_key: str, prompt_key: str
+) -> None:
+    """The rows of one file for a vision-language model: a file whose prompts hold ``<image>`` must have
+    the ``data.image_key`` column (without it the placeholders would reach the model as text, with no
+    pixels), and each row as many placeholders as images. A file without placeholders or images is
+    text-only, which a vision-language model trains on as verl's does."""
+    with_placeholder = (i for i, r in enumerate(records) if count_placeholders(r[prompt_key]))
+    first = next(with_placeholder, None)
+    if image_key not in columns and first is not None:
+        raise DatasetError(
+            f"data.image_key={image_key!r}: {file} has no such column, but its prompts hold "
+            f"{IMAGE_PLACEHOLDER} placeholders (row {first} first); its columns are {columns}: set "
+            "data.image_key to the one that holds the images"
+        )
+    for row, record in enumerate(records):
+        images = record.get(image_key) or []
+        check_placeholders(record[prompt_key], len(images), where(file, row, prompt_key))
+
+
+def image_messages(messages: list[dict[str, Any]], num_images: int, location: str) -> list[dict[str, Any]]:
+    """``messages`` with each ``<image>`` turned into an image content part; the number of
+    placeholders must equal the row's number of images."""
+    check_placeholders(messages, num_images, location)
     return [{**m, "content": _content_parts(m["content"])} for m in messages]
 
 
