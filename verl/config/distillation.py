@@ -182,6 +182,8 @@ class TeacherPlacement:
     """Its Hugging Face folder."""
     processes: int
     """Its share of the teachers' pool."""
+    path_key: str
+    """The config key of ``model_path`` (``distillation.teacher_models.<name>.model_path``), for errors."""
 
 
 def teacher_plan(config: DistillationConfig, path: str = "distillation") -> list[TeacherPlacement]:
@@ -205,12 +207,21 @@ def teacher_plan(config: DistillationConfig, path: str = "distillation") -> list
                 f"({path}.nnodes x n_gpus_per_node)",
                 teacher.replica_size,
             )
-            plan.append(TeacherPlacement(teacher.key or "default", teacher.model_path, config.pool_size))
+            plan.append(
+                TeacherPlacement(
+                    teacher.key or "default", teacher.model_path, config.pool_size, f"{key}.model_path"
+                )
+            )
             continue
         check(teacher.key is not None, f"{key}.key", f"the {path}.teacher_key value it scores", None)
         check(bool(teacher.num_replicas), f"{key}.num_replicas", "at least 1 with several teachers", 0)
         plan.append(
-            TeacherPlacement(teacher.key, teacher.model_path, teacher.num_replicas * teacher.replica_size)
+            TeacherPlacement(
+                teacher.key,
+                teacher.model_path,
+                teacher.num_replicas * teacher.replica_size,
+                f"{key}.model_path",
+            )
         )
     keys = [p.key for p in plan]
     if len(set(keys)) != len(keys):

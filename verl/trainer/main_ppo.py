@@ -31,6 +31,7 @@ from verl.config.compat import refuse_recipe_only_keys
 from verl.config.notes import log_config_notes
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig, to_typed_config
 from verl.single_controller import WorkerGroupError
+from verl.trainer import preflight
 from verl.trainer.ppo import builders
 from verl.trainer.task_runner import TaskRunner, create_rl_dataset, create_rl_sampler
 
@@ -67,6 +68,7 @@ def run_ppo(
         trainer_cls = AsyncPPOTrainer if config.trainer.mode == "async" else RayPPOTrainer
 
     prepare_ppo_assets(config)
+    preflight.check_before_ray(config)
     builders.init_ray(config)
     builtin_model = is_builtin_model(config.actor_rollout_ref.model.path)
     log_config_notes(config, builders.resolve_device(config), overrides or [], builtin_model)

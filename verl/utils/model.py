@@ -62,6 +62,13 @@ def _path(path: str, need: str = "model", key: str = "actor_rollout_ref.model.pa
     return expanded
 
 
+def check_model_dir(path: str, key: str) -> str:
+    """``path`` checked as the workers will load it, before any starts: the local Hugging Face model
+    directory, or ``path`` itself when it can only be a hub id; a :class:`ModelPathError` naming
+    ``key`` (the config key that gave it) otherwise."""
+    return _path(path, "model", key)
+
+
 def _from_pretrained(load: Any, path: str, key: str, override: dict[str, Any], **kwargs: Any) -> nn.Module:
     """``load(path, **kwargs)``; a truncated safetensors file is reported by name (and step), and an
     attention implementation transformers refuses by the ``override_config`` key that asked for it
