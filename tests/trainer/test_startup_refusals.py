@@ -1,9 +1,10 @@
 """Mistakes that ``main_ppo`` refuses at start-up, in one line naming what to change, before Ray starts
-(``verl/trainer/preflight.py``): a distillation teacher folder that does not exist, once reported by
-the teacher's worker 84 s later as ``actor_rollout_ref.model.path``."""
+(``verl/trainer/preflight.py``): a distillation teacher folder that does not exist, and a teacher with
+another tokenizer. The first took a worker's traceback 84 s later, the second trained with no word."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl.builtin.task import build_char_tokenizer, tiny_qwen2
+from verl.config.base import ConfigError
 from verl.config.ppo_trainer import load_config
 from verl.trainer.preflight import check_teachers
 from verl.utils.model import ModelPathError
@@ -44,9 +46,21 @@ def refusal(run: subprocess.CompletedProcess) -> str:
     return run.stderr.strip().splitlines()[-1]
 
 
-def write_teacher(folder: Path, rows: int) -> str:
-    """A tiny Qwen2 over the student's tokenizer with ``rows`` embedding rows."""
-    tokenizer = build_char_tokenizer()
+def word_tokenizer(tokens: list[str]):
+    """A fast tokenizer with one token per character of ``tokens``, ids in that order."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(tokens)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def write_teacher(folder: Path, rows: int, tokenizer=None) -> str:
+    """A tiny Qwen2 with ``rows`` embedding rows and ``tokenizer`` (the student's by default)."""
+    tokenizer = tokenizer or build_char_tokenizer()
     shape = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
     model = tiny_qwen2(tokenizer, 1, vocab_size=rows, num_key_value_heads=1, **shape)
     model.save_pretrained(folder)
@@ -82,3 +96,45 @@ def test_each_of_several_teachers_is_checked_under_its_own_entry_name(tmp_path):
     config = distillation(*entries, "distillation.n_gpus_per_node=2")
     with pytest.raises(ModelPathError, match=r"^distillation\.teacher_models\.code\.model_path="):
         check_teachers(config)
+
+
+@pytest.mark.usefixtures("builtin_assets")
+def test_a_teacher_with_another_tokenizer_is_refused_naming_both_paths_and_sizes(tmp_path):
+    """It trained with no note: the teacher scored the student's ids as if they were its own tokens."""
+    letters = word_tokenizer(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstu"])  # 24 tokens, no digits
+    teacher = write_teacher(tmp_path / "teacher", rows=24, tokenizer=letters)
+    config = distillation(f"{TEACHER}={teacher}")
+    with pytest.raises(ConfigError) as refused:
+        check_teachers(config)
+    student = config.actor_rollout_ref.model.path
+    assert str(refused.value) == (
+        f"{TEACHER}={teacher!r}: the teacher's tokenizer has 24 tokens and the student's tokenizer "
+        f"(actor_rollout_ref.model.path={student!r}) 15, and 12 of the student's have another id or none in "
+        "the teacher's ('0': 3 -> None); a teacher scores the student's token ids, so it needs the student's "
+        "tokenizer (verl maps no tokens between vocabularies)"
+    )
+
+
+@pytest.mark.usefixtures("builtin_assets")
+def test_a_teacher_embedding_without_a_row_for_each_student_token_is_refused(tmp_path):
+    teacher = write_teacher(tmp_path / "teacher", rows=10)
+    with pytest.raises(ConfigError, match=r"the teacher's embedding has 10 rows for the 15 tokens"):
+        check_teachers(distillation(f"{TEACHER}={teacher}"))
+
+
+@pytest.mark.usefixtures("builtin_assets")
+def test_a_teacher_with_more_tokens_over_the_students_ids_is_noted_once(tmp_path, caplog):
+    """verl's lines distil Qwen2.5-7B (152064 rows) into Qwen2.5-0.5B (151936) over one tokenizer."""
+    more = build_char_tokenizer()
+    more.add_tokens(list("abcdefghi"))  # 24 tokens: the student's 15 at their ids, 9 more after them
+    teacher = write_teacher(tmp_path / "teacher", rows=24, tokenizer=more)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.preflight"):
+        check_teachers(distillation(f"{TEACHER}={teacher}"))
+    notes = [r.getMessage() for r in caplog.records if "distillation note" in r.getMessage()]
+    assert len(notes) == 1
+    assert "has 24 tokens and 24 embedding rows" in notes[0] and ") 15 and 15;" in notes[0]
+    caplog.clear()
+    same_shape = write_teacher(tmp_path / "same", rows=15)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.preflight"):
+        check_teachers(distillation(f"{TEACHER}={same_shape}"))
+    assert not caplog.records

@@ -69,6 +69,15 @@ def check_model_dir(path: str, key: str) -> str:
     return _path(path, "model", key)
 
 
+def vocab_size(path: str, key: str, trust_remote_code: bool = False) -> int:
+    """The rows of the embedding of the model at ``path`` (its text model's, for a vision-language
+    model), read from its ``config.json``."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(_path(path, "model", key), trust_remote_code=trust_remote_code)
+    return int(config.get_text_config().vocab_size)
+
+
 def _from_pretrained(load: Any, path: str, key: str, override: dict[str, Any], **kwargs: Any) -> nn.Module:
     """``load(path, **kwargs)``; a truncated safetensors file is reported by name (and step), and an
     attention implementation transformers refuses by the ``override_config`` key that asked for it
