@@ -20,5 +20,9 @@ OVERRIDES = [
     f"critic.model.external_lib={__name__}",
 ]
 
+MEGATRON_CORE_ON_CPU = True
+"""Read by the product's start-up check (``verl.trainer.preflight.CPU_SHIM_ATTRIBUTE``): a run that names
+this plugin is not refused for Megatron on a machine without CUDA, since its workers get the shim."""
+
 if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
     install_on_import()

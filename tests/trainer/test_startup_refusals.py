@@ -1,6 +1,7 @@
 """Mistakes that ``main_ppo`` refuses at start-up, in one line naming what to change, before Ray starts
-(``verl/trainer/preflight.py``): a distillation teacher folder that does not exist, and a teacher with
-another tokenizer. The first took a worker's traceback 84 s later, the second trained with no word."""
+(``verl/trainer/preflight.py``): a distillation teacher folder that does not exist, a teacher with
+another tokenizer, and the Megatron engine on a machine without CUDA. Each once took a worker's
+traceback 30-180 s later, or trained with no word at all."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from tests.megatron.worker_plugin import OVERRIDES as SHIM
 from verl.builtin.task import build_char_tokenizer, tiny_qwen2
 from verl.config.base import ConfigError
 from verl.config.ppo_trainer import load_config
-from verl.trainer.preflight import check_teachers
+from verl.trainer.preflight import check_megatron_gpus, check_teachers, megatron_roles
 from verl.utils.model import ModelPathError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +141,36 @@ def test_a_teacher_with_more_tokens_over_the_students_ids_is_noted_once(tmp_path
     with caplog.at_level(logging.WARNING, logger="verl.trainer.preflight"):
         check_teachers(distillation(f"{TEACHER}={same_shape}"))
     assert not caplog.records
+
+
+MEGATRON_REFUSAL = (
+    "Error in the config: actor_rollout_ref.actor.strategy=megatron: the Megatron engine needs an NVIDIA GPU "
+    "with CUDA (megatron-core calls CUDA even for CPU tensors), and this machine has none; on CPU use "
+    "strategy=fsdp (model_engine=dp)"
+)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a machine without CUDA")
+@pytest.mark.usefixtures("builtin_assets")
+def test_megatron_on_a_machine_without_cuda_is_refused_in_one_line_before_ray_starts(tmp_path):
+    """It was refused after Ray started and the model was placed (31-175 s), by a multi-line
+    WorkerMethodError from the worker."""
+    run, seconds = main_ppo("model_engine=megatron", cwd=tmp_path)
+    assert refusal(run) == MEGATRON_REFUSAL
+    assert seconds < HANG
+
+
+def test_every_megatron_role_is_named_and_a_cluster_with_gpus_is_not_refused():
+    assert megatron_roles(load_config([])) == []
+    critic = load_config(["critic.strategy=megatron", "algorithm.adv_estimator=gae"])
+    assert megatron_roles(critic) == ["critic"]
+    with pytest.raises(ConfigError, match=r"^critic\.strategy=megatron: .* and the Ray cluster has none"):
+        check_megatron_gpus(critic, 0, "the Ray cluster")
+    check_megatron_gpus(critic, 8, "the Ray cluster")
+    with_kl = load_config(["model_engine=megatron", "actor_rollout_ref.actor.use_kl_loss=True"])
+    assert megatron_roles(with_kl) == ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+
+
+def test_a_run_whose_model_plugin_runs_megatron_on_cpu_is_left_to_the_workers_check():
+    """The tests' CPU shim (tests/megatron/worker_plugin.py) says so with MEGATRON_CORE_ON_CPU."""
+    check_megatron_gpus(load_config([*SHIM, "model_engine=megatron"]), 0, "this machine")

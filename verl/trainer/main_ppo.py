@@ -70,6 +70,7 @@ def run_ppo(
     prepare_ppo_assets(config)
     preflight.check_before_ray(config)
     builders.init_ray(config)
+    preflight.check_after_ray(config)
     builtin_model = is_builtin_model(config.actor_rollout_ref.model.path)
     log_config_notes(config, builders.resolve_device(config), overrides or [], builtin_model)
     try:
