@@ -80,7 +80,7 @@ def test_layout_eos_and_versions(trainer):
 def test_engine_log_probs_equal_the_trainers(trainer):
     batch = generate(trainer, seed=2)
     metrics: dict[str, float] = {}
-    trainer._compute_old_log_prob(batch, metrics)
+    trainer._old_log_prob_phase(batch, metrics)
     mask = batch.batch["response_mask"].bool()
     gap = (batch.batch["rollout_log_probs"] - batch.batch["old_log_probs"]).abs()[mask]
     assert gap.max() < 1e-4, f"engine vs trainer log-prob gap {gap.max():.3g}"
@@ -115,5 +115,5 @@ def test_training_steps_sync_verified_weights_and_stamp_the_new_version(trainer)
     versions = batch.batch["response_versions"][batch.batch["response_mask"].bool()]
     assert (versions == before + 2).all()
     # after the updates the engine's log-probs still equal the trainer's: the sync was complete
-    trainer._compute_old_log_prob(batch, metrics := {})
+    trainer._old_log_prob_phase(batch, metrics := {})
     assert metrics["training/rollout_logprob_diff_max"] < 1e-4

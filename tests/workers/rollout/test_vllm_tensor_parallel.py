@@ -116,7 +116,7 @@ def test_tp2_sampled_log_probs_equal_the_trainers(tp2):
     batch.meta_info["sampling_seed"] = 5
     batch = tp2._generate(batch, {})
     metrics: dict[str, float] = {}
-    tp2._compute_old_log_prob(batch, metrics)
+    tp2._old_log_prob_phase(batch, metrics)
     assert metrics["training/rollout_probs_diff_max"] < 1e-4
     assert len(batch) == tp2.config.data.train_batch_size * tp2.config.actor_rollout_ref.rollout.n
 
@@ -134,5 +134,5 @@ def test_a_weight_sync_lands_in_both_tp_ranks(tp2):
     # the engine's new log-probs are the trained actor's: both shards hold the new weights
     scored = probe_batch.select(batch_keys=[]).union(after)
     scored.meta_info["temperature"] = 1.0
-    tp2._compute_old_log_prob(scored, gaps := {})
+    tp2._old_log_prob_phase(scored, gaps := {})
     assert gaps["training/rollout_probs_diff_max"] < 1e-4

@@ -97,7 +97,7 @@ def test_tp2_server_samples_alike_on_both_ranks_and_matches_the_trainer(tp2_serv
     again = tp2_server._generate(batch.select(deepcopy=True), {})
     assert torch.equal(once.batch["responses"], again.batch["responses"])  # seeded per request
     metrics: dict[str, float] = {}
-    tp2_server._compute_old_log_prob(once, metrics)
+    tp2_server._old_log_prob_phase(once, metrics)
     assert metrics["training/rollout_probs_diff_max"] < 1e-4
 
 
@@ -113,5 +113,5 @@ def test_a_weight_sync_lands_in_both_tp_ranks_of_the_server(tp2_server):
     assert moved.max() > 1e-3, "the update did not change the engine's outputs"
     scored = probe_batch.select(batch_keys=[]).union(after)
     scored.meta_info["temperature"] = 1.0
-    tp2_server._compute_old_log_prob(scored, gaps := {})
+    tp2_server._old_log_prob_phase(scored, gaps := {})
     assert gaps["training/rollout_probs_diff_max"] < 1e-4
