@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.advantages import compute_advantage_for
 from verl.builtin.task import build_char_tokenizer
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
@@ -151,14 +151,7 @@ def framework_step(worker, config, args) -> dict[str, float]:
     rewards[:, -1] = torch.rand(len(rewards), generator=torch.Generator().manual_seed(2))
     batch.batch["token_level_rewards"] = rewards
     algo = config.algorithm
-    compute_advantage(
-        batch,
-        algo.adv_estimator,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        config=algo,
-    )
+    compute_advantage_for(batch, algo)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 

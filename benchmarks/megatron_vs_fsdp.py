@@ -53,7 +53,7 @@ def engine_overrides(engine: str, gpu: bool) -> list[str]:
 
 def one_step(worker, config, args) -> dict[str, float]:
     from benchmarks.gpu_step import prompt_batch, random_responses
-    from verl.algorithms.advantages import compute_advantage
+    from verl.algorithms.advantages import compute_advantage_for
 
     batch = prompt_batch(args, worker.tokenizer.pad_token_id)
     prompts = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
@@ -68,14 +68,7 @@ def one_step(worker, config, args) -> dict[str, float]:
     rewards[:, -1] = torch.rand(len(rewards), generator=torch.Generator().manual_seed(2))
     batch.batch["token_level_rewards"] = rewards
     algo = config.algorithm
-    compute_advantage(
-        batch,
-        algo.adv_estimator,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        config=algo,
-    )
+    compute_advantage_for(batch, algo)
     start = time.perf_counter()
     worker.update_actor(batch)
     sync()

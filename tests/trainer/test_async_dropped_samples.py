@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.advantages import compute_advantage_for
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.trainer.ppo.async_trainer import AsyncPPOTrainer
@@ -80,14 +80,7 @@ def test_a_dropped_stale_sample_does_not_move_its_groups_baseline(make_trainer, 
     without = scored_batch().select_idxs(torch.tensor(kept))  # the stale sample never drawn
     without.batch["token_level_rewards"] = without.batch["token_level_scores"]
     algo = trainer.config.algorithm
-    compute_advantage(
-        without,
-        algo.adv_estimator,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        config=algo,
-    )
+    compute_advantage_for(without, algo)
 
     assert_close(batch.batch["advantages"][kept], without.batch["advantages"])
     assert torch.all(batch.batch["advantages"][STALE_ROW] == 0)

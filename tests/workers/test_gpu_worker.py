@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.advantages import compute_advantage_for
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 
@@ -89,14 +89,7 @@ def test_fsdp2_bf16_step_on_cuda(worker):
     scores[torch.arange(len(scores)), last] = (responses[:, 0] % 2).float()  # any varied reward
     batch.batch["token_level_rewards"] = scores
     algo = config.algorithm
-    compute_advantage(
-        batch,
-        algo.adv_estimator,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        config=algo,
-    )
+    compute_advantage_for(batch, algo)
 
     before = {k: v.detach().float().cpu().clone() for k, v in w.actor.full_state_dict()}
     version = w.get_version()

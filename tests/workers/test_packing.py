@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
 
-from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.advantages import compute_advantage_for
 from verl.config.ppo_trainer import load_config
 from verl.protocol import DataProto
 from verl.workers.forward import EntropyOptions, response_log_probs, response_values
@@ -252,14 +252,7 @@ def one_update(worker, config) -> tuple[DataProto, dict[str, float]]:
     batch.union(worker.compute_log_prob(batch))
     batch.union(worker.compute_ref_log_prob(batch))
     algo = config.algorithm
-    compute_advantage(
-        batch,
-        algo.adv_estimator,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        config=algo,
-    )
+    compute_advantage_for(batch, algo)
     return batch, worker.update_actor(batch).meta_info["metrics"]
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "AdvantageEstimator",
     "call_adv_estimator",
     "compute_advantage",
+    "compute_advantage_for",
     "compute_gae_advantage_return",
     "compute_gdpo_outcome_advantage",
     "compute_gpg_outcome_advantage",
@@ -167,6 +168,19 @@ def compute_remax_outcome_advantage(
 # ----------------------------------------------------------------------------- driver entry
 OPTIONAL_BATCH_KEYS = ("values", "reward_baselines", "old_log_probs", "sum_pi_squared", "rollout_is_weights")
 """Batch keys offered to the estimators when present (``None`` otherwise)."""
+
+
+def compute_advantage_for(data: DataProto, config: AlgorithmConfig) -> DataProto:
+    """:func:`compute_advantage` with the estimator and settings the ``algorithm`` section names
+    (``adv_estimator``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``): the trainer's call."""
+    return compute_advantage(
+        data,
+        config.adv_estimator,
+        gamma=config.gamma,
+        lam=config.lam,
+        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
+        config=config,
+    )
 
 
 def compute_advantage(

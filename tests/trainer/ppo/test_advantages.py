@@ -11,7 +11,7 @@ from verl.algorithms import advantages as adv
 from verl.algorithms.advantages import (
     OPTIONAL_BATCH_KEYS,
     call_adv_estimator,
-    compute_advantage,
+    compute_advantage_for,
     get_adv_estimator_fn,
     register_adv_est,
 )
@@ -54,14 +54,7 @@ def run(name, rewards, mask, index=None, config=None, **extra):
 
 def advantage(data, config):
     """compute_advantage as the trainer calls it, for an algorithm config."""
-    return compute_advantage(
-        data,
-        config.adv_estimator,
-        gamma=config.gamma,
-        lam=config.lam,
-        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
-        config=config,
-    )
+    return compute_advantage_for(data, config)
 
 
 def broadcast(per_row, mask):

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from verl.algorithms.advantages import compute_advantage
+from verl.algorithms.advantages import compute_advantage, compute_advantage_for
 from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
 from verl.config.ppo_trainer import PPOTrainerConfig, to_typed_config
 from verl.protocol import DataProto
@@ -419,14 +419,7 @@ class RayPPOTrainer:
             metrics.update(kl_metrics)
         else:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-        compute_advantage(
-            batch,
-            algo.adv_estimator,
-            gamma=algo.gamma,
-            lam=algo.lam,
-            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            config=algo,
-        )
+        compute_advantage_for(batch, algo)
         metrics.update(batch.meta_info.pop("rollout_corr_metrics", {}))
 
     def _maybe_validate(self) -> dict[str, float]:
