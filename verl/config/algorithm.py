@@ -88,8 +88,8 @@ SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseli
 class RolloutCorrectionConfig(BaseConfig):
     rollout_is: str | None = None
     """Importance weights pi_old / pi_rollout on every policy loss: null (none) | token | sequence (https://richardli.xyz/rl-collapse)."""
-    rollout_is_threshold: float | int | str = 2.0
-    """A number u truncates the weights at u (TIS); "l_u" zeroes weights outside [l, u] (IcePop; write 0.5_2.0)."""
+    rollout_is_threshold: float | int | str | None = 2.0
+    """A number u truncates the weights at u (TIS); "l_u" zeroes weights outside [l, u] (IcePop; write 0.5_2.0); null: no weights, whatever rollout_is says (as verl)."""
     rollout_is_batch_normalize: bool = False
     """Divide the weights by their batch mean (over tokens, or over responses at sequence level)."""
     rollout_rs: str | None = None
@@ -115,7 +115,8 @@ class RolloutCorrectionConfig(BaseConfig):
             self.rollout_is,
         )
         check_choice(self.loss_type, BYPASS_LOSS_TYPES, f"{path}.loss_type")
-        _parsed(parse_is_threshold, f"{path}.rollout_is_threshold", self.rollout_is_threshold)
+        if self.rollout_is_threshold is not None:
+            _parsed(parse_is_threshold, f"{path}.rollout_is_threshold", self.rollout_is_threshold)
         if self.rollout_rs is not None:
             options = _parsed(parse_rs_options, f"{path}.rollout_rs", self.rollout_rs)
             _parsed(

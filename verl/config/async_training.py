@@ -19,6 +19,7 @@ from verl.config.base import (
     check_ranges,
     ranged,
 )
+from verl.config.rollout_backends import tensor_parallel_size
 
 WEIGHT_TRANSPORTS = ("object_store", "filesystem")
 
@@ -149,8 +150,8 @@ ROLLOUT_POOL_KEYS = ("rollout.nnodes", "rollout.n_gpus_per_node")
 
 def _convert_pool(config: Any) -> list[str]:
     """``rollout.n_gpus_per_node`` -> ``async_training.rollout_n_gpus`` (in place), after checking that
-    the run is asynchronous, that ``rollout.nnodes`` is the trainer's and that the two spellings of the
-    pool size agree; returns the notes for the start-up log."""
+    the run is asynchronous and that the two spellings of the pool size agree; returns the notes for
+    the start-up log (``rollout.nnodes`` is checked at start-up: :func:`refuse_async_pools`)."""
     pool, async_cfg, trainer = config.rollout, config.async_training, config.trainer
     pool.validate("rollout")  # before its values move
     for key in ROLLOUT_POOL_KEYS:
@@ -162,13 +163,6 @@ def _convert_pool(config: Any) -> list[str]:
             "trainer.mode=async, or python -m verl.experimental.one_step_off_policy.main_ppo)",
             value,
         )
-    check(
-        pool.nnodes in (None, trainer.nnodes),
-        "rollout.nnodes",
-        f"trainer.nnodes ({trainer.nnodes}): the rollout pool takes rollout.n_gpus_per_node devices on each "
-        "of the trainer's nodes",
-        pool.nnodes,
-    )
     if pool.n_gpus_per_node is None or pool.n_gpus_per_node == async_cfg.rollout_n_gpus:
         return []
     if async_cfg.rollout_n_gpus != AsyncTrainingConfig.rollout_n_gpus:
@@ -178,6 +172,29 @@ def _convert_pool(config: Any) -> list[str]:
         )
     async_cfg.rollout_n_gpus = pool.n_gpus_per_node
     return [f"rollout.n_gpus_per_node={pool.n_gpus_per_node} -> async_training.rollout_n_gpus"]
+
+
+def refuse_async_pools(config: Any) -> None:
+    """At start-up, what the asynchronous trainer's pools cannot do here: a rollout pool on nodes of its
+    own (``rollout.nnodes`` other than ``trainer.nnodes``), and ``partial_rollout`` with engines that
+    span several ranks."""
+    trainer, pool = config.trainer, config.rollout
+    check(
+        pool.nnodes in (None, trainer.nnodes),
+        "rollout.nnodes",
+        f"trainer.nnodes ({trainer.nnodes}): the rollout pool takes rollout.n_gpus_per_node devices on each "
+        "of the trainer's nodes (a rollout pool on nodes of its own is not implemented here)",
+        pool.nnodes,
+    )
+    size = tensor_parallel_size(config.actor_rollout_ref.rollout)
+    check(
+        size == 1 or trainer.mode != "async" or not config.async_training.partial_rollout,
+        "async_training.partial_rollout",
+        "False with a tensor-parallel rollout (every rank of an engine must install a published "
+        "version before the same batch; a version swapped in at once could land between two batches "
+        "on one rank and mid-batch on another)",
+        True,
+    )
 
 
 def convert_async_keys(config: Any) -> list[str]:

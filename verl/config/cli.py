@@ -10,7 +10,9 @@
   once before Hydra starts, so that the overrides Hydra itself refuses are reported the same way.
   ``HYDRA_FULL_ERROR=1`` shows the traceback instead. Errors raised inside Ray workers keep theirs.
 * ``--cfg job`` (print the config and exit) would skip validation inside Hydra; here the config is
-  composed and validated first, so a bad value fails the same way with and without ``--cfg``.
+  composed and validated first, so a bad value fails the same way with and without ``--cfg``. What
+  this project cannot run (a feature, a device) is refused when the run starts, not by ``--cfg job``,
+  which prints the config a machine with that hardware would run (:mod:`verl.config.start_up`).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def prepare_argv(
     (:func:`check_argv`; ``entry_check`` runs on the loaded config with ``--cfg``)."""
 
     def load(overrides: list[str], name: str, directory: str) -> None:
-        config = load_config(overrides, config_name=name, config_dir=directory)
+        # --cfg job prints what a machine with the hardware would run: no start-up refusals
+        config = load_config(overrides, config_name=name, config_dir=directory, start_up=False)
         if entry_check is not None:
             entry_check(config)
 

@@ -5,7 +5,8 @@ verl's Megatron engine keys (verl 0.9.1's ``engine/megatron.yaml``; ``grad_offlo
 with verl's defaults. The engine (``verl/workers/engine/megatron``) reads the parallel sizes, the
 seed, ``sequence_parallel``, ``use_distributed_optimizer`` and ``override_transformer_config``.
 :data:`NOT_YET` lists the keys whose feature the engine lacks: set away from their default they are
-refused at start-up (:func:`refuse_not_yet`); drop an entry when its feature lands. Keys that only
+refused at start-up (:func:`refuse_not_yet`, from :func:`refuse_megatron_not_yet` for PPO runs);
+drop an entry when its feature lands. Keys that only
 steer verl's own implementation are listed in :data:`INERT_FIELDS` (noted in the log when given).
 The reference runs in the actor's processes, so its parallel sizes follow the actor's
 (:func:`ref_megatron`), as verl's ``ref/megatron_ref.yaml`` interpolates them; so do the critic's.
@@ -265,10 +266,8 @@ def critic_megatron() -> MegatronConfig:
     return MegatronConfig(**{name: II(f"{actor}.{name}") for name in PARALLEL_SIZES})
 
 
-def check_megatron_roles(config: Any) -> None:
-    """The cross-role rules of ``strategy=megatron`` on a PPO config: the refusals of :data:`NOT_YET`
-    for each Megatron role, one tensor/pipeline layout for the roles that share processes, TP x PP
-    dividing the ranks, and no Ulysses sequence parallelism under Megatron."""
+def _megatron_roles(config: Any) -> tuple[dict[str, tuple[str, MegatronConfig]], dict[str, MegatronConfig]]:
+    """The PPO roles with their strategy and section, and the Megatron sections among them by key."""
     arr, critic = config.actor_rollout_ref, config.critic
     roles = {
         "actor_rollout_ref.actor": (arr.actor.strategy, arr.actor.megatron),
@@ -276,10 +275,18 @@ def check_megatron_roles(config: Any) -> None:
     }
     if config.use_critic:
         roles["critic"] = (critic.strategy, critic.megatron)
-    ranks = config.trainer.n_gpus_per_node * config.trainer.nnodes
     megatron = {
         f"{key}.megatron": section for key, (strategy, section) in roles.items() if strategy == MEGATRON
     }
+    return roles, megatron
+
+
+def refuse_megatron_not_yet(config: Any) -> None:
+    """At start-up: the refusals of :data:`NOT_YET` for each Megatron role, a layout that fits the run's
+    ranks (TP x PP, and the experts' ETP x EP x PP, dividing them), and one tensor/pipeline layout
+    for the roles that share processes (megatron-core holds one per process)."""
+    _, megatron = _megatron_roles(config)
+    ranks = config.trainer.n_gpus_per_node * config.trainer.nnodes
     for key, section in megatron.items():
         refuse_not_yet(section, key)
         tp, pp = section.tensor_model_parallel_size, section.pipeline_model_parallel_size
@@ -309,6 +316,14 @@ def check_megatron_roles(config: Any) -> None:
                 "layout per process)",
                 getattr(section, name),
             )
+
+
+def check_megatron_roles(config: Any) -> None:
+    """The cross-role rules of ``strategy=megatron`` on a PPO config: no Ulysses sequence parallelism
+    under Megatron, and LoRA's targets (the layout the run's ranks and the engine can hold is
+    checked at start-up: :func:`refuse_megatron_not_yet`)."""
+    arr, critic = config.actor_rollout_ref, config.critic
+    roles, _ = _megatron_roles(config)
     for key, sp in (
         ("actor_rollout_ref.actor", arr.actor.ulysses_sequence_parallel_size),
         ("critic", critic.ulysses_sequence_parallel_size),

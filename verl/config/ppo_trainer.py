@@ -33,10 +33,10 @@ from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
 from verl.config.distillation import DistillationConfig, check_distillation
 from verl.config.hydra_schema import on_schema, register_schema
-from verl.config.megatron import check_megatron_roles
+from verl.config.megatron import MEGATRON, check_megatron_roles
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
-from verl.config.rollout_backends import tensor_parallel_size
+from verl.config.start_up import refuse_at_start_up
 from verl.config.trainer import RayInitConfig, TrainerConfig
 from verl.config.verl_extras import check_verl_extras
 
@@ -107,7 +107,6 @@ class PPOTrainerConfig(BaseConfig):
         self._check_sequence_parallel()
         check_megatron_roles(self)
         check_distillation(self)
-        self._check_rollout_tensor_parallel()
         self._check_sampling()
         self._check_agent_loop()
         if self.trainer.mode == "async":
@@ -169,13 +168,13 @@ class PPOTrainerConfig(BaseConfig):
                 rm.reward_manager,
             )
             return
-        check(
-            not rm.enable or self.data.return_raw_chat,
-            "data.return_raw_chat",
-            "True with reward_model.enable=True (the reward model reads the chat messages, re-templated "
-            "with its own tokenizer)",
-            self.data.return_raw_chat,
-        )
+        if rm.enable and not self.data.return_raw_chat:
+            # verl's dataset always carries the chat messages (raw_prompt); the reward model reads them
+            logger.warning(
+                "config note: data.return_raw_chat=False -> True: the reward model reads the chat "
+                "messages, which verl's dataset always carries"
+            )
+            self.data.return_raw_chat = True
 
     def _check_agent_loop(self) -> None:
         rollout = self.actor_rollout_ref.rollout
@@ -233,27 +232,26 @@ class PPOTrainerConfig(BaseConfig):
         )
 
     def _check_batch_sizes(self) -> None:
-        actor, rollout = self.actor_rollout_ref.actor, self.actor_rollout_ref.rollout
-        world = self.trainer.n_gpus_per_node * self.trainer.nnodes
-        bsz = self.data.train_batch_size
+        """A mini-batch within the batch (how the batch's rows split over the ranks is checked at
+        start-up: :func:`verl.config.start_up.refuse_uneven_batches`)."""
+        actor, bsz = self.actor_rollout_ref.actor, self.data.train_batch_size
         check(
             actor.ppo_mini_batch_size <= bsz,
             "actor_rollout_ref.actor.ppo_mini_batch_size",
             f"at most data.train_batch_size ({bsz})",
             actor.ppo_mini_batch_size,
         )
-        check(
-            (bsz * rollout.n) % world == 0,
-            "data.train_batch_size",
-            f"train_batch_size x rollout.n divisible by the {world} ranks",
-            bsz,
-        )
-        check(
-            (actor.ppo_mini_batch_size * rollout.n) % world == 0,
-            "actor_rollout_ref.actor.ppo_mini_batch_size",
-            f"ppo_mini_batch_size x rollout.n divisible by the {world} ranks",
-            actor.ppo_mini_batch_size,
-        )
+
+    def actor_data_parallel_size(self) -> tuple[int, str]:
+        """The actor's data-parallel ranks (those holding different rows) and what divides the world
+        into them: Megatron's tensor x pipeline x context parallel sizes, or the Ulysses size."""
+        actor = self.actor_rollout_ref.actor
+        world = self.trainer.n_gpus_per_node * self.trainer.nnodes
+        if actor.strategy == MEGATRON:
+            m = actor.megatron
+            shared = m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size
+            return max(1, world // shared), "tensor x pipeline x context parallel"
+        return max(1, world // actor.ulysses_sequence_parallel_size), "ulysses_sequence_parallel_size"
 
     def _check_sequence_parallel(self) -> None:
         arr = self.actor_rollout_ref
@@ -271,32 +269,6 @@ class PPOTrainerConfig(BaseConfig):
             "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
             f"the actor's ({size}): the reference runs in the actor's processes and groups",
             arr.ref.ulysses_sequence_parallel_size,
-        )
-
-    def _check_rollout_tensor_parallel(self) -> None:
-        """An engine spans ``tensor_model_parallel_size`` consecutive ranks of the rollout's pool."""
-        size = tensor_parallel_size(self.actor_rollout_ref.rollout)
-        trainer = self.trainer
-        if self.trainer.mode == "async":
-            ranks, where = (
-                self.async_training.rollout_n_gpus * trainer.nnodes,
-                "async_training.rollout_n_gpus",
-            )
-        else:
-            ranks, where = trainer.n_gpus_per_node * trainer.nnodes, "trainer.n_gpus_per_node"
-        check(
-            ranks % size == 0,
-            "actor_rollout_ref.rollout.tensor_model_parallel_size",
-            f"a divisor of the rollout's {ranks} ranks ({where} x trainer.nnodes)",
-            size,
-        )
-        check(
-            size == 1 or trainer.mode != "async" or not self.async_training.partial_rollout,
-            "async_training.partial_rollout",
-            "False with a tensor-parallel rollout (every rank of an engine must install a published "
-            "version before the same batch; a version swapped in at once could land between two batches "
-            "on one rank and mid-batch on another)",
-            True,
         )
 
 
@@ -320,11 +292,12 @@ GROUP_BASELINE_ESTIMATORS = (
 register_schema("ppo_trainer", PPOTrainerConfig)
 
 
-def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
+def to_typed_config(cfg: DictConfig, start_up: bool = True) -> PPOTrainerConfig:
     """Check for keys added with ``+`` that the schema lacks, resolve interpolations, build the
     dataclasses (type-checked by OmegaConf), convert verl's deprecated spellings (logged), validate.
     A config plain Hydra composed without the schema registered is merged onto it first
-    (:func:`~verl.config.hydra_schema.on_schema`)."""
+    (:func:`~verl.config.hydra_schema.on_schema`). With ``start_up`` (a run starting; not ``--cfg
+    job``), what this project cannot run is refused too (:mod:`verl.config.start_up`)."""
     cfg = on_schema(cfg, PPOTrainerConfig)
     check_known_keys(cfg)
     typed = OmegaConf.to_object(cfg)
@@ -334,6 +307,8 @@ def to_typed_config(cfg: DictConfig) -> PPOTrainerConfig:
         logger.warning("config note: converted %s", note)
     share_rollout_correction(typed)
     typed.validate()
+    if start_up:
+        refuse_at_start_up(typed)
     return typed
 
 
@@ -353,9 +328,13 @@ def share_rollout_correction(config: PPOTrainerConfig) -> None:
 
 
 def load_config(
-    overrides: list[str] | None = None, config_name: str = "ppo_trainer", config_dir: str | None = None
+    overrides: list[str] | None = None,
+    config_name: str = "ppo_trainer",
+    config_dir: str | None = None,
+    start_up: bool = True,
 ) -> PPOTrainerConfig:
-    """Compose the config as ``main_ppo`` would (for scripts, recipes and tests)."""
+    """Compose the config as ``main_ppo`` would (for scripts, recipes and tests); ``start_up=False``
+    resolves it as ``--cfg job`` does, without the start-up refusals."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -363,7 +342,7 @@ def load_config(
     overrides = normalize_overrides(list(overrides or []), PPOTrainerConfig)
     with initialize_config_dir(config_dir=config_dir or CONFIG_DIR, version_base=None):
         cfg = compose(config_name=config_name, overrides=overrides)
-    return to_typed_config(cfg)
+    return to_typed_config(cfg, start_up=start_up)
 
 
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:

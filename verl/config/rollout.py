@@ -19,7 +19,7 @@ from verl.config.base import (
     ranged,
 )
 from verl.config.engine import MODEL_DTYPES
-from verl.config.rollout_backends import ROLLOUT_BACKENDS
+from verl.config.rollout_backends import check_rollout_name
 
 ROLLOUT_DTYPES = {**MODEL_DTYPES, "half": "float16", "float": "float32"}  # rollout.dtype -> torch's name
 
@@ -200,8 +200,7 @@ class RolloutConfig(BaseConfig):
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
-        backend = ROLLOUT_BACKENDS.get(self.name)
-        check(backend is not None, f"{path}.name", f"one of {sorted(ROLLOUT_BACKENDS)}", self.name)
+        check_rollout_name(self.name, f"{path}.name")  # the engine's own checks run at start-up
         check_choice(self.dtype, ROLLOUT_DTYPES, f"{path}.dtype")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         mt = self.multi_turn
@@ -217,5 +216,3 @@ class RolloutConfig(BaseConfig):
             ("left", "middle", "right"),
             f"{path}.multi_turn.tool_response_truncate_side",
         )
-        if backend.check is not None:
-            backend.check(self, path)

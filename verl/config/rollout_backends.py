@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl.config.base import check
+from verl.config.base import ConfigError, check
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,41 @@ def rollout_backend(name: str) -> RolloutBackend:
     return ROLLOUT_BACKENDS[name]
 
 
+VERL_ONLY_ROLLOUTS = {"trtllm": "TensorRT-LLM"}
+"""verl's values of ``rollout.name`` that no backend here serves: they resolve (``--cfg job``) and
+are refused when a run starts (:func:`refuse_rollout_backend`)."""
+
+
+def check_rollout_name(name: str, key: str) -> None:
+    """``name`` is a registered backend or one of verl's that is refused at start-up."""
+    check(
+        name in ROLLOUT_BACKENDS or name in VERL_ONLY_ROLLOUTS,
+        key,
+        f"one of {sorted(ROLLOUT_BACKENDS)}",
+        name,
+    )
+
+
 def tensor_parallel_size(config: Any) -> int:
     """Ranks per engine: ``rollout.tensor_model_parallel_size`` for a backend whose engines span
-    ranks, 1 for one that runs an engine per rank (the key is inert there, e.g. ``hf``)."""
-    return config.tensor_model_parallel_size if rollout_backend(config.name).tensor_parallel else 1
+    ranks (and verl's engines that are not here), 1 for one that runs an engine per rank (the key is
+    inert there, e.g. ``hf``)."""
+    backend = ROLLOUT_BACKENDS.get(config.name)
+    return config.tensor_model_parallel_size if backend is None or backend.tensor_parallel else 1
+
+
+def refuse_rollout_backend(config: Any) -> None:
+    """At start-up: the rollout's engine is one this project has (:data:`VERL_ONLY_ROLLOUTS` are not),
+    and its backend's own checks (SGLang's tensor-parallel engines)."""
+    rollout, key = config.actor_rollout_ref.rollout, "actor_rollout_ref.rollout"
+    if rollout.name in VERL_ONLY_ROLLOUTS:
+        raise ConfigError(
+            f"{key}.name={rollout.name!r}: the {VERL_ONLY_ROLLOUTS[rollout.name]} rollout engine is not "
+            f"implemented here; use one of {sorted(ROLLOUT_BACKENDS)}"
+        )
+    backend = rollout_backend(rollout.name)
+    if backend.check is not None:
+        backend.check(rollout, key)
 
 
 def check_tensor_parallel_model(size: int, hf_config: Any) -> None:

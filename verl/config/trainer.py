@@ -47,7 +47,8 @@ class TrainerConfig(BaseConfig):
     n_gpus_per_node: int = ranged(8, at_least(1))
     """Devices per node; on CPU, the number of worker processes (ranks) per node."""
     device: str = "auto"
-    """auto (cuda if available, else cpu) | cuda | cpu."""
+    """auto (cuda if available, else cpu) | cuda | cpu. verl's npu (Ascend) resolves and is refused
+    when a run starts."""
     cpus_per_worker: float = ranged(1.0, POSITIVE)
     """CPU cores reserved per worker process (on CPU, also its torch thread count)."""
     save_freq: int = ranged(-1, at_least(-1))
@@ -107,7 +108,8 @@ class TrainerConfig(BaseConfig):
 
     def validate(self, path: str) -> None:
         check_ranges(self, path)
-        check_choice(self.device, ("auto", "cuda", "cpu"), f"{path}.device")
+        # verl's npu resolves; a device this project does not run on is refused at start-up
+        check_choice(self.device, ("auto", "cuda", "cpu", "npu"), f"{path}.device")
         check_choice(self.mode, ("sync", "async"), f"{path}.mode")
         check_choice(self.resume_mode, ("auto", "disable", "resume_path"), f"{path}.resume_mode")
         check_choice(

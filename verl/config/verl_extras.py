@@ -1,22 +1,27 @@
-"""Every other key of verl 0.9.1's PPO config: accepted, and either converted, refused or noted.
+"""Every other key of verl's PPO config: accepted, and either converted, refused or noted.
 
-``verl091_keys.json`` lists every leaf key of verl 0.9.1's ``ppo_trainer`` config with its default
-(recorded by ``tests/trainer/config/verl_reference/record_verl_keys.py``). Most are features this
+``verl091_keys.json`` lists every leaf key of verl 0.9.1's ``ppo_trainer`` config with its default,
+and ``verl_head_keys.json`` those of both generated trainer configs (FSDP and Megatron) of verl's
+repository at commit b178a3c (January 2026), which adds keys 0.9.1's lacks (``router_replay``,
+``data.sampler``, ``reward_manager``, the reward model's ``megatron`` section, ...); both are
+recorded by ``tests/trainer/config/verl_reference/record_verl_keys.py``. Most are features this
 project does not have (profilers, quantization-aware training, multi-token prediction, the
 transfer queue, distillation, ...) or knobs of verl's own implementation (``fsdp_config.strategy``,
 ``use_torch_compile``, ...). A verl script may set any of them, so none is an unknown key here:
 
-* on the command line, ``key=value`` (or ``+key=value``) for a key of that table that the schema
-  lacks becomes ``++verl_extras.<key>=value`` (:func:`route_override`; ``++`` so that a later
-  ``key=value`` overrides an earlier one, as for any other key), so the config itself records what
-  was given, whichever entry point composed it;
-* at start-up (:func:`check_verl_extras`) a key with a home here is converted onto it
+* on the command line, ``key=value`` (or ``+key=value``) for a key of those tables (or a section of
+  them, ``turbo_config=...``) that the schema lacks becomes ``++verl_extras.<key>=value``
+  (:func:`route_override`; ``++`` so that a later ``key=value`` overrides an earlier one, as for
+  any other key), so the config itself records what was given, whichever entry point composed it;
+* when the config is typed (:func:`check_verl_extras`) a key with a home here is converted onto it
   (:data:`EXTRA_ALIASES`; the nested LoRA section ``actor_rollout_ref.model.lora.*``, see
   :func:`convert_lora`; VeOmni's engine keys, :mod:`verl.config.veomni`) and leaves
-  ``verl_extras``, a feature key set away from verl's default is refused with the reason
-  (:data:`FEATURES`), and every other one is listed once in the log as having no effect
+  ``verl_extras``; every other one is listed once in the log as having no effect
   (:func:`noted_extra_keys`, read by ``inert_keys``). A converted key set both ways to different
-  values is refused, naming both keys.
+  values is refused, naming both keys;
+* a feature key set away from verl's default is refused with the reason (:data:`FEATURES`) when a
+  run starts (:func:`refuse_features`, one of :mod:`verl.config.start_up`'s checks): ``--cfg job``
+  prints the config.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from verl.config.rollout_backends import ROLLOUT_BACKENDS
 from verl.config.veomni import Move, convert_veomni, veomni_keys
 
 KEYS_FILE = Path(__file__).with_name("verl091_keys.json")
+HEAD_KEYS_FILE = Path(__file__).with_name("verl_head_keys.json")
 SECTION = "verl_extras"
 
 # verl 0.9.1's spelling -> the key read here
@@ -42,6 +48,8 @@ EXTRA_ALIASES = {
     "data.tool_config_path": "actor_rollout_ref.rollout.multi_turn.tool_config_path",
     # verl's actor reads its own key, which defaults to the model's; one switch packs actor and reference here
     "actor_rollout_ref.actor.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
+    # verl's repository: the reward manager section's name interpolates reward_model.reward_manager
+    "reward_manager.name": "reward_model.reward_manager",
 }
 
 _NOT_HERE = "is not implemented here"
@@ -91,9 +99,29 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
         ),
         (r"\.use_prefix_grouper$", f"the prefix grouper {_NOT_HERE}"),
         (
-            r"^data\.(image_patch_size|mm_processor_kwargs)$",
+            r"^data\.mm_processor_kwargs$",
             "the image processor's own settings (the model folder's preprocessor_config.json) are used; "
             "per-image size limits go in the image column's entries (docs/vlm.md)",
+        ),
+        (
+            r"\.router_replay\.mode$",
+            f"router replay (MoE routing recorded at rollout, replayed in training) {_NOT_HERE}",
+        ),
+        (r"\.router_replay\.(record|replay)_file$", f"router replay {_NOT_HERE}"),
+        (
+            r"^data\.sampler\.",
+            "the data loader's own seeded order is used; custom samplers (curriculum) are not supported",
+        ),
+        (r"^data\.datagen\.", f"generating data during training {_NOT_HERE}"),
+        (
+            r"^reward_manager\.(source|module\.path)$",
+            "reward managers are looked up by name: register yours with @register_reward_manager in a module "
+            "imported through actor_rollout_ref.model.external_lib, then set reward_model.reward_manager",
+        ),
+        (r"\.rollout\.skip_rollout$", f"verl's rollout-skipping cache {_NOT_HERE}"),
+        (
+            r"\.load_weight$",
+            "the weights are always loaded from the model's path (dummy weights: rollout.load_format)",
         ),
         (r"^data\.audio_key$", "audio inputs are not supported"),
         (r"\.fsdp_config\.forward_only$", "set by the role (the reference only runs forward)"),
@@ -104,8 +132,14 @@ FEATURES: list[tuple[re.Pattern[str], str]] = [
 
 @functools.cache
 def verl_keys() -> dict[str, Any]:
-    """verl 0.9.1's leaf keys and their defaults."""
-    return json.loads(KEYS_FILE.read_text())
+    """verl's leaf keys and their defaults: 0.9.1's, and those its repository's head adds."""
+    return {**json.loads(HEAD_KEYS_FILE.read_text()), **json.loads(KEYS_FILE.read_text())}
+
+
+@functools.cache
+def verl_sections() -> frozenset[str]:
+    """Every section (a proper prefix) of :func:`known_keys`: ``a.b`` for ``a.b.c``."""
+    return frozenset(key.rsplit(".", i)[0] for key in known_keys() for i in range(1, key.count(".") + 1))
 
 
 @functools.cache
@@ -115,9 +149,8 @@ def known_keys() -> dict[str, Any]:
 
 
 def is_extra_key(key: str, schema: type) -> bool:
-    """A key of verl 0.9.1 that this schema does not have (nor holds inside a free-form dict)."""
-
-    return key in known_keys() and not within_schema(schema, key)
+    """A key (or a section) of verl's that this schema does not have (nor holds inside a free-form dict)."""
+    return (key in known_keys() or key in verl_sections()) and not within_schema(schema, key)
 
 
 def is_default(value: Any, default: Any) -> bool:
@@ -140,7 +173,12 @@ def route_override(arg: str, schema: type) -> str:
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict) and (not prefix or (node and prefix.rstrip(".") not in known_keys())):
+    """Dotted keys of the nested ``node``: a dict under a key is a section unless the key is a leaf of
+    verl's (a dict value such as ``engine_kwargs``) that no version holds as a section."""
+    here = prefix.rstrip(".")
+    if isinstance(node, dict) and (
+        not prefix or (node and (here not in known_keys() or here in verl_sections()))
+    ):
         out: dict[str, Any] = {}
         for key, value in node.items():
             out.update(_flatten(value, f"{prefix}{key}."))
@@ -154,16 +192,12 @@ def given_extra_keys(config: Any) -> dict[str, Any]:
 
 
 def check_verl_extras(config: Any) -> list[str]:
-    """Refuse a feature key set away from verl's default, convert the keys with a home here (a note
-    for each; they leave ``verl_extras``); the rest stay and are noted as having no effect."""
+    """Convert the keys with a home here (a note for each; they leave ``verl_extras``); the rest stay
+    and are noted as having no effect, or refused at start-up (:func:`refuse_features`)."""
     given = given_extra_keys(config)
-    for key, value in given.items():
-        if key not in known_keys():
-            raise ConfigError(f"{SECTION}.{key}: not a key of verl 0.9.1's config; remove it")
-        default = known_keys()[key]
-        if not is_default(value, default) and any(pattern.search(key) for pattern, _ in FEATURES):
-            reason = next(reason for pattern, reason in FEATURES if pattern.search(key))
-            raise refusal(key, value, reason, default)
+    for key in given:
+        if key not in known_keys() and key not in verl_sections():
+            raise ConfigError(f"{SECTION}.{key}: not a key of verl's config; remove it")
     notes = [f"{key}={given[key]!r} -> {target}" for key, target in EXTRA_ALIASES.items() if key in given]
     for key in (key for key in EXTRA_ALIASES if key in given):
         set_key(config, EXTRA_ALIASES[key], given[key])
@@ -177,6 +211,16 @@ def check_verl_extras(config: Any) -> list[str]:
     for key in converted:
         _drop(config.verl_extras, key)
     return notes + [f"{key}=True: {why}" for key, why in merged.items()]
+
+
+def refuse_features(config: Any) -> None:
+    """At start-up: refuse the first extra key that asks, away from verl's default, for a feature this
+    project lacks (:data:`FEATURES`), naming the key, the reason and verl's default."""
+    for key, value in given_extra_keys(config).items():
+        default = known_keys().get(key)
+        reason = next((reason for pattern, reason in FEATURES if pattern.search(key)), None)
+        if reason is not None and not is_default(value, default):
+            raise refusal(key, value, reason, default)
 
 
 def refusal(key: str, value: Any, reason: str, default: Any) -> ConfigError:

@@ -3,6 +3,8 @@ as inert, never silently dropped (verl/config/compat.py)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.trainer.config import main_ppo_in_process
@@ -139,9 +141,10 @@ def test_dapo_overlong_buffer_cfg_in_reward_kwargs_is_converted():
 
 
 # ---------------------------------------------------------------------------- refusals
-def test_a_reward_model_needs_the_chat_messages():
-    with pytest.raises(ConfigError, match=r"data\.return_raw_chat: expected True with reward_model\.enable"):
-        load_config(["reward_model.enable=True"])
+def test_a_reward_model_gets_the_chat_messages_verl_always_carries(caplog):
+    with caplog.at_level(logging.WARNING, logger="verl.config.ppo_trainer"):
+        assert load_config(["reward_model.enable=True", "data.return_raw_chat=False"]).data.return_raw_chat
+    assert any("data.return_raw_chat=False -> True" in r.getMessage() for r in caplog.records)
     with pytest.raises(ConfigError, match=r"reward_model\.nnodes: expected a positive integer"):
         load_config(
             [

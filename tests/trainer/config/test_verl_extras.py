@@ -98,5 +98,5 @@ def test_the_command_line_routes_extra_keys_too():
 def test_a_made_up_key_is_still_an_error():
     with pytest.raises(Exception, match="not_a_verl_key"):
         load_config(["+trainer.not_a_verl_key=1"])
-    with pytest.raises(ConfigError, match=r"not a key of verl 0\.9\.1"):
+    with pytest.raises(ConfigError, match=r"not a key of verl's config"):
         load_config(["+verl_extras.trainer.not_a_verl_key=1"])
