@@ -93,8 +93,9 @@ def test_a_judge_served_by_the_rollout_engine_scores_through_a_custom_function(t
 def test_without_a_custom_function_the_reward_model_is_a_score_head():
     # verl's rule: the judge is asked only by a custom function; without one, reward_model.rollout.name
     # is verl's engine for a score-head model (inert here), which reads the chat messages
-    with pytest.raises(ConfigError, match=r"data\.return_raw_chat: expected True with reward_model\.enable"):
-        load_config(["reward_model.enable=True", "reward_model.rollout.name=hf"])
+    # (the chat messages the score head reads are switched on, as verl always carries them)
+    score_head = load_config(["reward_model.enable=True", "reward_model.rollout.name=hf"])
+    assert not score_head.uses_judge and score_head.data.return_raw_chat
     verl_reward_loop_script = [  # examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh in verl
         "data.return_raw_chat=True",
         "reward_model.enable=True",
