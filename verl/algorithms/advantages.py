@@ -73,6 +73,7 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_remax_outcome_advantage",
+    "compute_response_mask",
     "compute_rloo_outcome_advantage",
     "compute_rloo_vectorized_outcome_advantage",
     "get_adv_estimator_fn",
@@ -210,7 +211,7 @@ def compute_advantage(
     """
     name = _checked_name(adv_estimator)
     if "response_mask" not in data.batch.keys():
-        data.batch["response_mask"] = _response_mask(data)
+        data.batch["response_mask"] = compute_response_mask(data)
     if config is not None:
         correction = config.rollout_correction
         if correction.bypass_mode or correction.rollout_is is not None or correction.rollout_rs is not None:
@@ -247,13 +248,15 @@ def _checked_name(adv_estimator: Any) -> str:
     return estimator_name(adv_estimator)
 
 
-def _response_mask(data: DataProto) -> torch.Tensor:
-    """The last ``R`` columns of ``attention_mask``, ``R`` the width of ``responses``."""
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """``[B, R]`` 1 on the response tokens: the last ``R`` columns of ``attention_mask``, ``R`` the
+    width of ``responses`` (verl's ``ray_trainer.compute_response_mask``; the rollout also returns
+    ``response_mask`` itself)."""
     keys = set(data.batch.keys())
     if not {"responses", "attention_mask"} <= keys:
         raise ValueError(
-            "compute_advantage needs batch key 'response_mask' (or 'responses' and 'attention_mask' "
-            f"to derive it); the batch has {sorted(keys)}"
+            "the response mask needs batch keys 'responses' and 'attention_mask' (or 'response_mask' "
+            f"itself); the batch has {sorted(keys)}"
         )
     return data.batch["attention_mask"][:, -data.batch["responses"].shape[-1] :]
 

@@ -29,11 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.utils.checkpoint_io import DRIVER_FILE, STEP_DIR, torch_load
+from verl.utils.checkpoint_io import DRIVER_FILE, POINTER_FILE, STEP_DIR, torch_load
 
 logger = logging.getLogger(__name__)
-
-POINTER_FILE = "latest_checkpointed_iteration.txt"
 
 
 def step_dir(root: str, step: int) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from verl.algorithms.advantages import compute_advantage, compute_advantage_for
+from verl.algorithms.advantages import compute_advantage, compute_advantage_for, compute_response_mask
 from verl.algorithms.kl import apply_kl_penalty, get_kl_controller
 from verl.config.ppo_trainer import PPOTrainerConfig, to_typed_config
 from verl.protocol import DataProto
@@ -47,7 +47,6 @@ from verl.trainer.ppo.prompts import PROMPT_KEYS, attach_responses, pop_prompts,
 from verl.trainer.ppo.recipe_surface import (
     RolloutWeights,
     check_data_sources,
-    compute_response_mask,
     refuse_unsupported_arguments,
 )
 from verl.trainer.ppo.reward_model import ModelScoredReward

@@ -1,6 +1,5 @@
 """What a recipe written for verl finds on the trainer besides the loop's own phases: verl's
-constructor arguments checked, its ``checkpoint_manager`` (the weight sync as an object), and the
-response mask helper.
+constructor arguments checked and its ``checkpoint_manager`` (the weight sync as an object).
 """
 
 from __future__ import annotations
@@ -8,15 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
-from verl.protocol import DataProto
 from verl.single_controller.ray import RayWorkerGroup
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RolloutWeights", "check_data_sources", "compute_response_mask", "refuse_unsupported_arguments"]
+__all__ = ["RolloutWeights", "check_data_sources", "refuse_unsupported_arguments"]
 
 
 def refuse_unsupported_arguments(ray_worker_group_cls: type, train_sampler: Any, shuffle: bool) -> None:
@@ -47,13 +44,6 @@ def check_data_sources(reward_fn: Any, dataset: Any) -> None:
     check = getattr(reward_fn, "check_data_sources", None)
     if check is not None and hasattr(dataset, "data_source_locations"):
         check(dataset.data_source_locations())
-
-
-def compute_response_mask(data: DataProto) -> torch.Tensor:
-    """``[B, R]`` 1 on the response tokens: the last ``R`` columns of the attention mask, where ``R``
-    is the width of ``responses`` (verl's helper; the rollout also returns ``response_mask``)."""
-    width = data.batch["responses"].size(1)
-    return data.batch["attention_mask"][:, -width:]
 
 
 class RolloutWeights:
