@@ -82,6 +82,7 @@ def run_moe(tmp_path, monkeypatch, name: str, *overrides: str) -> list[dict]:
         [
             *SHIM,
             f"actor_rollout_ref.model.path={model}",
+            "preset=embedded",  # a tiny model of its own: the embedded default's CPU sizes
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
             "trainer.n_gpus_per_node=2",

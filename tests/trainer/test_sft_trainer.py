@@ -260,6 +260,7 @@ def test_rl_from_the_sft_checkpoint_learns(tmp_path, monkeypatch):
     config = load_config(
         [
             f"actor_rollout_ref.model.path={model}",
+            "preset=embedded",  # the SFT'd tiny model: the embedded default's CPU sizes
             f"trainer.total_training_steps={RL_STEPS}",
             f"trainer.test_freq={RL_STEPS}",
             "trainer.logger=[file]",

@@ -72,7 +72,9 @@ def test_a_verl_task_runner_subclass_trains_with_its_own_worker(tmp_path):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose(
-            config_name="ppo_trainer", overrides=[*OVERRIDES, f"trainer.default_local_dir={tmp_path}/ckpt"]
+            # plain Hydra composes verl's defaults; the CPU sizes are the embedded preset
+            config_name="ppo_trainer",
+            overrides=[*OVERRIDES, "preset=embedded", f"trainer.default_local_dir={tmp_path}/ckpt"],
         )
     run_ppo(cfg, task_runner_class=ray.remote(MarkingRunner))
     assert len(list(markers.iterdir())) == STEPS  # one generated batch per step, by the recipe's worker

@@ -6,28 +6,21 @@ torchrun, rank 0 alone (a tiny model's warm-up trains in that one process).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from verl.builtin import task, tool_task, vision_task
-from verl.builtin.warmup import TEACHER_MODEL_PATH, ensure_builtin_model
+from verl.builtin.warmup import ensure_builtin_model
 from verl.config.distillation import teacher_plan
 from verl.config.ppo_trainer import PPOTrainerConfig
+from verl.config.presets import is_builtin_model_path
 from verl.config.rm_trainer import RMTrainerConfig
 from verl.config.sft_trainer import SFTTrainerConfig
-from verl.utils.cache import resolve_cache_path
 
 
 def is_builtin_model(path: str) -> bool:
-    """The embedded default's model (or its teacher), or the tool task's."""
-    resolved = Path(path).expanduser().resolve()
-    builtin = (
-        task.builtin_model_dir(),
-        resolve_cache_path(TEACHER_MODEL_PATH),
-        tool_task.tool_model_dir(),
-        vision_task.vision_model_dir(),
-    )
-    return resolved in [folder.resolve() for folder in builtin]
+    """One of the models this package makes (the embedded default's, its teacher, the tool task's,
+    the vision task's): :func:`verl.config.presets.is_builtin_model_path`."""
+    return is_builtin_model_path(path)
 
 
 def prepare_ppo_assets(config: PPOTrainerConfig) -> None:

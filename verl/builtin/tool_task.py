@@ -31,11 +31,12 @@ from pathlib import Path
 import torch
 
 from verl.builtin.task import tiny_qwen2
-from verl.utils.cache import build_model_once, cache_dir, write_task_once
+from verl.config.actor import TOOL_MODEL_PATH
+from verl.utils.cache import build_model_once, cache_dir, resolve_cache_path, write_task_once
 
 logger = logging.getLogger(__name__)
 
-MODEL_NAME = "tiny-qwen2-tool-arith"
+MODEL_NAME = Path(TOOL_MODEL_PATH).name
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -58,7 +59,7 @@ SFT_DIRECT = 48
 
 
 def tool_model_dir() -> Path:
-    return cache_dir() / "models" / MODEL_NAME
+    return resolve_cache_path(TOOL_MODEL_PATH)
 
 
 def tool_data_dir() -> Path:

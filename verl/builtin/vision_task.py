@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from verl.builtin.task import CHAR_VOCAB
+from verl.config.actor import VISION_MODEL_PATH
 from verl.utils.cache import CACHE_DIR_EXPR, build_model_once, cache_dir, resolve_cache_path, write_task_once
 from verl.utils.dataset.schema import make_row, write_splits
 from verl.utils.dataset.vision import VisionProcessor, image_messages, load_image
 
 VISION_DATA_SOURCE = "vision_digits"
-VISION_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-vl-digits"
 VISION_TRAIN_FILE = f"{CACHE_DIR_EXPR}/data/vision_digits/train.parquet"
 VISION_VAL_FILE = f"{CACHE_DIR_EXPR}/data/vision_digits/test.parquet"
 VISION_TOKENS = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]

@@ -30,6 +30,15 @@ DEFAULT_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith-v2"
 """The embedded default's tiny model, which :mod:`verl.builtin` builds there on first use. The suffix
 changes whenever the warm-up's numbers do (v2: the engine's AdamW became torch's fused kernel on CPU),
 so a cache built by older code is not taken for the current model."""
+TEACHER_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-arith-teacher"
+"""The built-in teacher of the distillation preset: the same model warmed up four times longer
+(greedy accuracy about 0.95 against the student's 0.3)."""
+TOOL_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-tool-arith"
+"""The multi-turn preset's tiny model, warmed up on calculator calls (:mod:`verl.builtin.tool_task`)."""
+VISION_MODEL_PATH = f"{CACHE_DIR_EXPR}/models/tiny-qwen2-vl-digits"
+"""The vision preset's tiny Qwen2-VL (:mod:`verl.builtin.vision_task`)."""
+BUILTIN_MODEL_PATHS = (DEFAULT_MODEL_PATH, TEACHER_MODEL_PATH, TOOL_MODEL_PATH, VISION_MODEL_PATH)
+"""The models :mod:`verl.builtin` makes on first use; the embedded preset's sizes are meant for them."""
 
 
 @dataclass

@@ -27,7 +27,9 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from verl.config.compat import normalize_overrides
+from verl.config.hydra_schema import compose_on_schema
 from verl.config.ppo_trainer import PPOTrainerConfig, load_config
+from verl.config.presets import with_preset
 from verl.utils.errors import UserInputError
 
 CONFIG_ERRORS = (HydraException, OmegaConfBaseException)
@@ -68,11 +70,16 @@ def user_errors_as_one_line() -> Iterator[None]:
 
 
 def check_argv(
-    argv: list[str], config_name: str, config_dir: str, load: Callable[[list[str], str, str], Any]
+    argv: list[str],
+    config_name: str,
+    config_dir: str,
+    load: Callable[[list[str], str, str], Any],
+    choose_preset: bool = False,
 ) -> list[str]:
     """``argv`` for ``@hydra.main``, after composing its config here once, so that an override Hydra
     would refuse is a one-line error too; with ``--cfg``, ``load(overrides, config_name, config_dir)``
-    also validates it. Runs Hydra handles differently (``--multirun`` sweeps, ``--config-dir``
+    also validates it. ``choose_preset``: add the sizes preset :mod:`verl.config.presets` picks
+    (PPO configs). Runs Hydra handles differently (``--multirun`` sweeps, ``--config-dir``
     search paths, ``--help``, ``--info``, ...) are left to Hydra."""
     from hydra._internal.utils import get_args_parser
 
@@ -84,11 +91,30 @@ def check_argv(
         config_dir = os.path.abspath(os.path.join(os.path.dirname(config_dir), path))
     config_name = args.config_name or config_name
     with user_errors_as_one_line():
-        if args.cfg is None:
+        composed = None
+        if choose_preset:
+            given = args.overrides
+            args.overrides, composed = compose_on_schema(
+                given, lambda o: compose_config(o, config_name, config_dir)
+            )
+            chosen = with_preset(args.overrides, composed)
+            if chosen != args.overrides:
+                args.overrides, composed = chosen, None
+            argv = _add_overrides(argv, given, args.overrides[len(given) :])
+        if args.cfg is None and composed is None:
             compose_config(args.overrides, config_name, config_dir)
         else:
             load(args.overrides, config_name, config_dir)
     return argv
+
+
+def _add_overrides(argv: list[str], overrides: list[str], added: list[str]) -> list[str]:
+    """``argv`` with ``added`` right after its last override (argparse takes the overrides as one run
+    of positional arguments), or at its end when it has none."""
+    if not added:
+        return argv
+    at = len(argv) - argv[::-1].index(overrides[-1]) if overrides else len(argv)
+    return [*argv[:at], *added, *argv[at:]]
 
 
 def compose_config(overrides: list[str], config_name: str, config_dir: str) -> Any:
@@ -116,4 +142,5 @@ def prepare_argv(
         if entry_check is not None:
             entry_check(config)
 
-    return check_argv(normalize_overrides(list(argv), PPOTrainerConfig), config_name, config_dir, load)
+    argv = normalize_overrides(list(argv), PPOTrainerConfig)
+    return check_argv(argv, config_name, config_dir, load, choose_preset=True)

@@ -10,13 +10,14 @@ import yaml
 from verl.config.compat import MICRO_BATCH_KEYS, REWARD_ALIASES
 from verl.config.inert import inert_keys
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig
+from verl.config.presets import EMBEDDED, PRESET_GROUP
 
 logger = logging.getLogger(__name__)
 
 
-def preset_keys(config_name: str = "ppo_trainer") -> list[str]:
-    """Dotted keys that the YAML preset sets (besides ``defaults`` and ``hydra``)."""
-    raw = yaml.safe_load((Path(CONFIG_DIR) / f"{config_name}.yaml").read_text())
+def preset_keys(preset: str = EMBEDDED) -> list[str]:
+    """Dotted keys that a sizes preset (``verl/trainer/config/preset/<preset>.yaml``) sets."""
+    raw = yaml.safe_load((Path(CONFIG_DIR) / PRESET_GROUP / f"{preset}.yaml").read_text())
 
     def walk(node: dict, prefix: str) -> list[str]:
         keys = []
@@ -36,13 +37,14 @@ def log_config_notes(
     """Log (once, at start-up) what a user should know about this config; returns the notes.
 
     ``builtin_model``: the model is one of the built-in tiny ones (``verl.builtin.assets.is_builtin_model``),
-    for which the embedded-default preset's sizes are meant; otherwise they are listed."""
+    for which the embedded preset's sizes are meant; with another model and ``preset=embedded`` among
+    ``overrides``, the sizes it still takes from that preset are listed."""
     notes = []
     inert = inert_keys(config, device, overrides)
     if inert:
         backend = f"rollout.name={config.actor_rollout_ref.rollout.name} on {device}"
         notes.append(f"these keys have no effect with {backend}: {', '.join(inert)}")
-    if not builtin_model:
+    if not builtin_model and f"{PRESET_GROUP}={EMBEDDED}" in [o.lstrip("+") for o in overrides]:
         given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
         given |= {
             target for alias, target in {**MICRO_BATCH_KEYS, **REWARD_ALIASES}.items() if alias in given
@@ -56,8 +58,8 @@ def log_config_notes(
         ]
         if kept:
             notes.append(
-                "your model is not the built-in one, but these values still come from the embedded-default "
-                f"preset (sized for a tiny model): {', '.join(kept)}; set them explicitly"
+                "your model is not the built-in one, but these values still come from preset=embedded "
+                f"(sized for a tiny model): {', '.join(kept)}; set them explicitly"
             )
     for note in notes:
         logger.warning("config note: %s", note)

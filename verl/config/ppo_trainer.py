@@ -1,7 +1,8 @@
 """The root of the one config schema, its Hydra registration, loading and validation.
 
-The schema is the dataclasses below; ``verl/trainer/config/ppo_trainer.yaml`` (verl's location) is the
-embedded-default preset on top of it. Hydra runs in struct mode, so an override of a key
+The schema is the dataclasses below, with verl's defaults; ``verl/trainer/config/ppo_trainer.yaml``
+(verl's location) composes it, and ``preset/embedded.yaml`` holds the embedded default's CPU sizes
+(:mod:`verl.config.presets` says when they apply). Hydra runs in struct mode, so an override of a key
 the schema does not know fails with an error that names the key.
 """
 
@@ -32,8 +33,9 @@ from verl.config.compat import (
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
 from verl.config.distillation import DistillationConfig, check_distillation
-from verl.config.hydra_schema import on_schema, register_schema
+from verl.config.hydra_schema import compose_on_schema, on_schema, register_schema
 from verl.config.megatron import MEGATRON, check_megatron_roles
+from verl.config.presets import with_preset
 from verl.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.config.reward_verl import RewardConfig
 from verl.config.start_up import refuse_at_start_up
@@ -333,15 +335,21 @@ def load_config(
     config_dir: str | None = None,
     start_up: bool = True,
 ) -> PPOTrainerConfig:
-    """Compose the config as ``main_ppo`` would (for scripts, recipes and tests); ``start_up=False``
-    resolves it as ``--cfg job`` does, without the start-up refusals."""
+    """Compose the config as ``main_ppo`` would (for scripts, recipes and tests), with the sizes preset
+    its rule picks (:mod:`verl.config.presets`); ``start_up=False`` resolves it as ``--cfg job``
+    does, without the start-up refusals."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     overrides = normalize_overrides(list(overrides or []), PPOTrainerConfig)
     with initialize_config_dir(config_dir=config_dir or CONFIG_DIR, version_base=None):
-        cfg = compose(config_name=config_name, overrides=overrides)
+        overrides, cfg = compose_on_schema(
+            overrides, lambda given: compose(config_name=config_name, overrides=given)
+        )
+        chosen = with_preset(overrides, cfg)
+        if chosen != overrides:
+            cfg = compose(config_name=config_name, overrides=chosen)
     return to_typed_config(cfg, start_up=start_up)
 
 

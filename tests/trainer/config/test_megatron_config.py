@@ -281,7 +281,8 @@ def test_model_engine_dp_keeps_fsdp():
 def test_the_command_line_resolves_a_relative_config_path_as_hydra_does(capsys):
     # `--config-path=config` is relative to main_ppo's module; --cfg validates before Hydra starts
     argv = ["--config-path=config", "--config-name=ppo_megatron_trainer.yaml", "--cfg", "job"]
-    assert prepare_argv(argv, "ppo_trainer", CONFIG_DIR) == argv
+    # the preset's built-in model: the embedded default's sizes are chosen
+    assert prepare_argv(argv, "ppo_trainer", CONFIG_DIR) == [*argv, "~generated", "preset=embedded"]
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS.glob("*.sh")), ids=lambda p: p.stem)

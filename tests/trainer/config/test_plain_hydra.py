@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl.config.base import ConfigError
-from verl.config.hydra_schema import on_schema
+from verl.config.hydra_schema import GENERATED_GROUP, generated_yaml, on_schema
 from verl.config.ppo_trainer import CONFIG_DIR, PPOTrainerConfig
 
 REPO_ROOT = Path(CONFIG_DIR).parents[2]
@@ -90,13 +90,31 @@ def report(proc: subprocess.CompletedProcess) -> dict:
 
 
 def test_a_recipe_composes_ppo_trainer_with_plain_hydra_before_importing_verl(tmp_path):
-    out = report(run_recipe(tmp_path, "data.train_batch_size=64", "++trainer.total_epochs=3"))
+    out = report(
+        run_recipe(
+            tmp_path,
+            "data.train_batch_size=2048",
+            "trainer.total_epochs=3",
+            "actor_rollout_ref.actor.clip_ratio=0.25",
+        )
+    )
     assert out["verl_before_main"] == []
     assert out["composed_type"] == "dict"  # the YAML alone: the schema was not registered
     assert out["composed_experiment_name"] == out["experiment_name"] == "plain_hydra_recipe"
-    assert out["train_batch_size"] == 64  # a key of the preset's YAML, set on the command line
-    assert out["total_epochs"] == 3  # a schema key the YAML lacks, added with ++
-    assert out["clip_ratio"] == PPOTrainerConfig().actor_rollout_ref.actor.clip_ratio  # the schema's default
+    # every key of the schema is in the plain composition (generated/ppo_trainer.yaml), so each is set
+    # without + as on verl's YAML
+    assert out["train_batch_size"] == 2048 and out["total_epochs"] == 3
+    assert out["clip_ratio"] == 0.25
+
+
+def test_the_schemas_defaults_as_yaml_are_current():
+    """``generated/ppo_trainer.yaml`` is what ``python -m verl.config.write_generated`` writes from the
+    schema; after changing a default, run that."""
+    path = Path(CONFIG_DIR) / GENERATED_GROUP / "ppo_trainer.yaml"
+    assert path.read_text() == generated_yaml(PPOTrainerConfig)
+    assert OmegaConf.structured(PPOTrainerConfig) == OmegaConf.merge(
+        OmegaConf.structured(PPOTrainerConfig), OmegaConf.load(path)
+    )
 
 
 def test_a_recipe_that_imports_verl_first_composes_on_the_schema(tmp_path):
@@ -154,7 +172,8 @@ def typed_pair(directory, name, cfg):
         return to_typed_sft_config(cfg, RMTrainerConfig), load_rm_config()
     if name == "evaluation":
         return to_eval_config(cfg), load_eval_config()
-    return to_typed_config(cfg), load_config(config_name=name, config_dir=directory)
+    # plain Hydra composes verl's defaults: the entry points' preset rule is theirs
+    return to_typed_config(cfg), load_config(["preset=verl"], config_name=name, config_dir=directory)
 
 differ = []
 for (directory, name), cfg in composed.items():

@@ -143,9 +143,17 @@ def test_inert_key_is_accepted_and_noted(caplog):
     assert "no effect" in caplog.text
 
 
-def test_preset_values_are_flagged_for_a_real_model():
+def test_a_real_model_gets_verls_sizes_and_no_preset_note():
     overrides = ["actor_rollout_ref.model.path=/models/qwen", "actor_rollout_ref.actor.optim.lr=1e-6"]
-    notes = log_config_notes(load_config(overrides), "cpu", overrides)
+    config = load_config(overrides, start_up=False)
+    assert config.data.train_batch_size == 1024 and config.actor_rollout_ref.rollout.n == 1
+    assert not [n for n in log_config_notes(config, "cpu", overrides) if "preset" in n]
+
+
+def test_the_embedded_preset_asked_for_with_a_real_model_lists_the_sizes_it_still_sets():
+    overrides = ["actor_rollout_ref.model.path=/models/qwen", "actor_rollout_ref.actor.optim.lr=1e-6"]
+    overrides.append("preset=embedded")
+    notes = log_config_notes(load_config(overrides, start_up=False), "cpu", overrides)
     assert any("data.train_batch_size" in n and "actor.optim.lr" not in n for n in notes)
 
 

@@ -92,6 +92,8 @@ def test_the_command_line_routes_extra_keys_too():
         "++verl_extras.global_profiler.tool=nsys",
         "++verl_extras.trainer.esi_redundant_time=5",
         "trainer.total_training_steps=2",
+        "~generated",  # the schema's defaults as YAML are for plain Hydra
+        "preset=embedded",  # the model is the built-in one, so its CPU sizes are chosen
     ]
 
 
